@@ -1,0 +1,14 @@
+"""matcalc: matrix calculus with the differential method.
+
+    >>> import matcalc
+    >>> d = matcalc.derive("alpha*(exp(W@x+c)-W@x-c+m*m-1):1", wrt="W")
+    >>> d.text
+    'alpha*(exp(W@x + c) - 1)@x.T'
+"""
+from .api import Derivation, GradientFunction, derive
+from .errors import DeriveError, MatcalcError, ParseError, ShapeError
+
+__version__ = "0.1.0"
+
+__all__ = ["derive", "Derivation", "GradientFunction", "MatcalcError", "ParseError", "ShapeError",
+           "DeriveError", "__version__"]

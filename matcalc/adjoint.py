@@ -1,0 +1,171 @@
+"""Moving dW out: from dλ to the canonical form dλ = G : dW.
+
+dλ is linear in dW.  It is written as a sum of terms ``C : L`` where L is a
+linear node (it contains dW) and C a coefficient that does not.  Each step takes
+the outermost linear node L and applies the adjoint ("transpose") rule of its
+operator — a Frobenius identity such as A:(BC) = (ACᵀ):B — which moves one
+operator from L into the coefficient.  Coefficients reaching the same node are
+collected, so a node shared by several terms is processed once (this is reverse
+mode on the expression DAG, and stays linear in its size).  When only dW is
+left, its coefficient is the gradient G.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from . import ir
+from .ir import SCALAR, Expr, const
+from .simplify import simplify
+
+
+@dataclass(frozen=True)
+class Identity:
+    key: str
+    text: str  # as the step log prints it
+
+
+IDENTITIES = {i.key: i for i in [
+    Identity("differential", "differential"),
+    Identity("frob_comm", "A:B = B:A"),
+    Identity("frob_transpose", "A:Bᵀ = Aᵀ:B"),
+    Identity("frob_matmul_right", "A:BC = ACᵀ:B"),
+    Identity("frob_matmul_left", "A:BC = BᵀA:C"),
+    Identity("frob_hadamard", "A:(B∘C) = (A∘B):C"),
+    Identity("frob_scalar", "A:(βB) = (βA):B"),
+    Identity("frob_div", "A:(B⊘C) = (A⊘C):B"),
+    Identity("frob_linear", "A:(B + C) = A:B + A:C"),
+    Identity("frob_broadcast", "A:(β1) = sum(A) β"),
+    Identity("frob_of_frob", "γ(A:B) = (γA):B"),
+    Identity("frob_sum", "γ sum(B) = (γ1):B"),
+    Identity("frob_trace", "γ tr(B) = (γI):B"),
+    Identity("frob_diag", "a:diag(B) = Diag(a):B"),
+    Identity("frob_Diag", "A:Diag(b) = diag(A):b"),
+    Identity("hadamard_diag", "h∘v = Diag(h)v"),
+    Identity("hadamard_one", "A∘1 = A"),
+    Identity("collect", "collect like terms"),
+    Identity("simplify", "simplify"),
+    Identity("canonical", "read off G"),
+]}
+
+
+def _mul_rule(node, cot, lin):
+    i = lin.index(True)
+    others = [a for j, a in enumerate(node.args) if j != i]
+    key = "frob_scalar" if all(o.shape == SCALAR for o in others) else "frob_hadamard"
+    return [(i, ir.mul(cot, *others))], key
+
+
+def _matmul_rule(node, cot, lin):
+    a, b = node.args
+    out = []
+    if lin[0]:
+        out.append((0, ir.matmul(cot, ir.T(b))))
+    if lin[1]:
+        out.append((1, ir.matmul(ir.T(a), cot)))
+    return out, "frob_matmul_right" if lin[0] else "frob_matmul_left"
+
+
+def _frob_rule(node, cot, lin):
+    i = lin.index(True)
+    return [(i, ir.mul(cot, node.args[1 - i]))], "frob_comm" if i == 0 else "frob_of_frob"
+
+
+# transpose_rules[op](node, cotangent, which args are linear) -> ([(arg index, contribution)], identity)
+transpose_rules: dict[str, Callable] = {
+    "add": lambda n, c, lin: ([(i, c) for i, l in enumerate(lin) if l], "frob_linear"),
+    "mul": _mul_rule,
+    "div": lambda n, c, lin: ([(0, ir.div(c, n.args[1]))], "frob_div"),
+    "matmul": _matmul_rule,
+    "T": lambda n, c, lin: ([(0, ir.T(c))], "frob_transpose"),
+    "frob": _frob_rule,
+    "sum": lambda n, c, lin: ([(0, ir.mul(c, const(1.0, n.args[0].shape)))], "frob_sum"),
+    "tr": lambda n, c, lin: ([(0, ir.mul(c, ir.eye(n.args[0].shape[0])))], "frob_trace"),
+    "diag": lambda n, c, lin: ([(0, ir.func("Diag", c))], "frob_diag"),
+    "Diag": lambda n, c, lin: ([(0, ir.func("diag", c))], "frob_Diag"),
+}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One line of the derivation: ``dλ = before`` becomes ``dλ = after`` by ``identity``."""
+
+    before: Expr
+    after: Expr
+    identity: str
+
+    @property
+    def text(self) -> str:
+        from .printing import to_text
+
+        return f"{to_text(self.after)}    ({self.identity})"
+
+
+def term(cot: Expr, node: Expr) -> Expr:
+    """The term C : L of the running form (a scalar coefficient just multiplies)."""
+    if cot.shape == SCALAR and node.shape == SCALAR:
+        return node if (cot.op == "const" and cot.attr == 1.0) else ir.mul(cot, node)
+    if cot.shape == SCALAR and cot.op == "const":
+        return ir.mul(cot, ir.func("sum", node)) if cot.attr != 1.0 else ir.func("sum", node)
+    return ir.frob(cot, node)
+
+
+def _state(cot: dict) -> Expr:
+    terms = [term(c, n) for n, c in cot.items()]
+    return ir.add(*terms) if terms else const(0.0)
+
+
+def pullback(dlam: Expr | None, dW: Expr | None, record: bool = True):
+    """Returns (G, steps).  ``G`` has the shape of W."""
+    steps: list[Step] = []
+    if dlam is None or dW is None:
+        shape = dW.shape if dW is not None else SCALAR
+        return const(0.0, shape), steps
+    linear = set()
+    order = []
+    for n in ir.walk(dlam):
+        if n is dW or any(a in linear for a in n.args):
+            linear.add(n)
+            order.append(n)
+    order.reverse()  # parents before children
+    cot: dict = {dlam: const(1.0)}
+    current = _state(cot) if record else None
+    for node in order:
+        if node not in cot:
+            continue
+        raw = cot[node]
+        c = simplify(raw)
+        if record and c is not raw:
+            cot[node] = c
+            after = _state(cot)
+            if after is not current:
+                steps.append(Step(current, after, IDENTITIES["collect"].text))
+                current = after
+        if node is dW:
+            break
+        del cot[node]
+        if c.op == "const" and c.attr == 0.0:
+            continue
+        lin = tuple(a in linear for a in node.args)
+        contributions, key = transpose_rules[node.op](node, c, lin)
+        for i, contrib in contributions:
+            child = node.args[i]
+            if child.shape == SCALAR and contrib.shape != SCALAR:
+                contrib = ir.func("sum", contrib)  # the adjoint of a broadcast is a sum
+            contrib = simplify(contrib)
+            if contrib.op == "const" and contrib.attr == 0.0:
+                continue
+            cot[child] = ir.add(cot[child], contrib) if child in cot else contrib
+        if record:
+            after = _state(cot)
+            if after is not current:
+                steps.append(Step(current, after, IDENTITIES[key].text))
+                current = after
+    G = simplify(cot.get(dW, const(0.0, dW.shape)))
+    if G.shape != dW.shape:  # a scalar coefficient of an array variable: broadcast it
+        G = simplify(ir.mul(G, const(1.0, dW.shape)))
+    if record:
+        final = term(G, dW)
+        if final is not current:
+            steps.append(Step(current, final, IDENTITIES["canonical"].text))
+    return G, steps

@@ -1,0 +1,266 @@
+"""The Python API: ``derive(expr, wrt, shapes=...)`` -> Derivation."""
+from __future__ import annotations
+
+import difflib
+from functools import cached_property
+
+from . import ir
+from .adjoint import Step, pullback
+from .differential import differential
+from .errors import DeriveError, MatcalcError, ShapeError
+from .parse import parse
+from .printing import to_latex, to_text
+from .shapes import typecheck
+from .simplify import stabilize
+
+
+class GradientFunction:
+    """A callable made from emitted NumPy source.  Takes every symbol of the expression
+    as a keyword argument (scalars as floats, vectors 1-D, matrices 2-D arrays)."""
+
+    def __init__(self, source: str, fname: str, params: dict, user_shapes: dict, out_shape=None):
+        from .codegen import compile_function
+
+        self.source = source
+        self.name = fname
+        self.params = params            # user name -> python name
+        self.user_shapes = user_shapes  # user name -> () / (n,) / (m, n)
+        self._f = compile_function(source, fname)
+
+    def __repr__(self):
+        return f"<matcalc function {self.name}({', '.join(self.params)})>"
+
+    def convert(self, kwargs: dict) -> dict:
+        import numpy as np
+
+        missing = [n for n in self.params if n not in kwargs]
+        if missing:
+            raise TypeError(f"{self.name}() is missing the argument(s) {', '.join(missing)}")
+        unknown = [n for n in kwargs if n not in self.params]
+        if unknown:
+            raise TypeError(f"{self.name}() got unexpected argument(s) {', '.join(unknown)}; "
+                            f"it takes {', '.join(self.params)}")
+        sizes: dict = {}
+        out = {}
+        for name, value in kwargs.items():
+            shape = self.user_shapes[name]
+            arr = np.asarray(value, dtype=float)
+            if len(shape) == 0:
+                if arr.size != 1:
+                    raise ShapeError(f"{name} is a scalar, got an array of shape {arr.shape}")
+                out[self.params[name]] = float(arr.reshape(()))
+                continue
+            if len(shape) == 1 and arr.ndim == 2 and 1 in arr.shape:
+                arr = arr.reshape(-1)
+            if arr.ndim != len(shape):
+                kind = "vector (1-D array)" if len(shape) == 1 else "matrix (2-D array)"
+                raise ShapeError(f"{name} must be a {kind} of shape {shape}, got shape {arr.shape}")
+            for d, s in zip(shape, arr.shape):
+                want = d if isinstance(d, int) else sizes.setdefault(d, s)
+                if want != s:
+                    raise ShapeError(f"{name} has shape {arr.shape}, but dimension {d} is {want} "
+                                     f"elsewhere (declared shape {shape})")
+            out[self.params[name]] = arr
+        return out
+
+    def __call__(self, **kwargs):
+        return self._f(**self.convert(kwargs))
+
+
+class Derivation:
+    """∂λ/∂W for one W: the gradient G with dλ = G : dW, its shape, the steps that led
+    there, NumPy code and a numerical check."""
+
+    def __init__(self, source, typed, primal, wrt, G, steps, rules):
+        self.expr = source
+        self.wrt = wrt
+        self.lam = primal
+        self.gradient = G
+        self.steps: list[Step] = steps
+        self.rules = rules
+        self.user_shapes = typed.user_shapes
+        self.symbols = typed.symbols
+        self.shape = typed.user_shapes[wrt]
+
+    # ---- the answer
+    @cached_property
+    def text(self) -> str:
+        return to_text(self.gradient)
+
+    @cached_property
+    def latex(self) -> str:
+        return to_latex(self.gradient)
+
+    @property
+    def shape_text(self) -> str:
+        return shape_str(self.shape)
+
+    def __repr__(self):
+        return f"<Derivation ∂λ/∂{self.wrt} = {self.text}, shape {self.shape_text}>"
+
+    def __str__(self):
+        return f"∂λ/∂{self.wrt} = {self.text}\nshape: {self.shape_text} (the shape of {self.wrt})"
+
+    def _repr_latex_(self):
+        from .printing import tex_name
+
+        return (f"$\\frac{{\\partial \\lambda}}{{\\partial {tex_name(self.wrt)}}} = {self.latex}"
+                f"\\quad \\text{{shape }} {shape_tex(self.shape)}$")
+
+    # ---- the derivation
+    def derivation_lines(self) -> list[str]:
+        lines = [f"λ = {to_text(self.lam)}"]
+        first = True
+        for st in self.steps:
+            prefix = "dλ = " if first else "   = "
+            lines.append(f"{prefix}{to_text(st.after)}    [{st.identity}]")
+            first = False
+        lines.append(f"∂λ/∂{self.wrt} = {self.text}    shape {self.shape_text}, the shape of {self.wrt}")
+        return lines
+
+    @cached_property
+    def steps_latex(self) -> str:
+        rows = []
+        for i, st in enumerate(self.steps):
+            lhs = "\\mathrm{d}\\lambda &= " if i == 0 else "&= "
+            rows.append(f"{lhs}{to_latex(st.after)} && \\text{{{_tex_escape(st.identity)}}}")
+        return "\\begin{aligned}\n" + " \\\\\n".join(rows) + "\n\\end{aligned}"
+
+    # ---- code
+    @cached_property
+    def _params(self):
+        return list(self.user_shapes)
+
+    @cached_property
+    def numpy_source(self) -> str:
+        from .codegen import module_source
+
+        return module_source([self._grad_source[0]])
+
+    @cached_property
+    def _grad_source(self):
+        from .codegen import function_source, sanitize
+
+        fname = "grad_" + sanitize([self.wrt])[self.wrt].strip("_")
+        doc = f"∂λ/∂{self.wrt} for λ = {to_text(self.lam)}; shape {self.shape_text}."
+        return function_source(fname, [self.gradient], self._params, self.symbols, doc) + (fname,)
+
+    @cached_property
+    def function(self) -> GradientFunction:
+        src, params, fname = self._grad_source
+        return GradientFunction(self.numpy_source, fname, params, self.user_shapes)
+
+    @cached_property
+    def value_function(self) -> GradientFunction:
+        """λ itself as a NumPy function (used by the check)."""
+        from .codegen import function_source, module_source
+
+        src, params = function_source("value", [self.lam], self._params, self.symbols, "λ")
+        return GradientFunction(module_source([src]), "value", params, self.user_shapes)
+
+    def check(self, seed: int = 0, tol: float = 1e-5, draws: int = 2, domain: dict | None = None,
+              sizes: dict | None = None):
+        """Compare ``function`` with central finite differences of λ on random inputs."""
+        import numpy as np
+
+        from .check import CheckReport, choose_sizes, finite_difference_check, infer_domains, random_inputs
+
+        dims = []
+        for shape in self.user_shapes.values():
+            dims += [d for d in shape if isinstance(d, str) and d not in dims]
+        sizes = choose_sizes(dims, sizes)
+        domains = infer_domains(self.lam, self.symbols)
+        domains.update(domain or {})
+        rng = np.random.default_rng(seed)
+        worst, total, note, used = 0.0, 0, "", 0
+        for attempt in range(draws + 6):
+            if used >= draws:
+                break
+            inputs = random_inputs(self.user_shapes, domains, sizes, rng)
+            with np.errstate(all="ignore"):
+                value = self.value_function(**inputs)
+            if not np.all(np.isfinite(value)):
+                if attempt >= 2:  # widen the domains once λ keeps failing to be finite
+                    for name, s in self.user_shapes.items():
+                        if domain and name in domain:
+                            continue
+                        domains[name] = "spd" if len(s) == 2 and s[0] == s[1] else "positive"
+                continue
+            with np.errstate(all="ignore"):
+                err, n, msg = finite_difference_check(self.value_function, self.function, inputs, self.wrt, rng)
+            worst, total, used = max(worst, err), total + n, used + 1
+            note = note or msg
+        if used == 0:
+            return CheckReport(False, float("inf"), tol, sizes, domains, 0, 0,
+                               "λ was not finite on any random draw; pass domain={...}")
+        return CheckReport(worst <= tol, worst, tol, sizes, domains, total, used, note)
+
+    def to_dict(self, check=None) -> dict:
+        out = {"wrt": self.wrt, "expr": self.expr, "gradient": self.text, "latex": self.latex,
+               "shape": list(self.shape), "shape_text": self.shape_text,
+               "steps": [{"before": to_text(s.before), "after": to_text(s.after), "identity": s.identity}
+                         for s in self.steps],
+               "numpy_source": self.numpy_source}
+        if check is not None:
+            out["check"] = check.to_dict()
+        return out
+
+
+def _tex_escape(s: str) -> str:
+    return (s.replace("\\", "\\textbackslash{}").replace("_", "\\_").replace("%", "\\%")
+             .replace("#", "\\#").replace("&", "\\&").replace("$", "\\$"))
+
+
+def shape_str(shape) -> str:
+    if len(shape) == 0:
+        return "scalar"
+    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def shape_tex(shape) -> str:
+    if len(shape) == 0:
+        return "\\text{scalar}"
+    return "\\times".join(str(d) for d in shape)
+
+
+def derive(expr: str, wrt, shapes: dict | None = None):
+    """Differentiate the scalar ``expr`` with respect to ``wrt`` (a name or a list of names).
+
+    Returns a Derivation, or a dict name -> Derivation when ``wrt`` is a list."""
+    if isinstance(wrt, (list, tuple)):
+        if not wrt:
+            raise DeriveError("wrt is empty: name at least one symbol")
+        typed = _typed(expr, shapes)
+        return {w: _derive_one(expr, typed, w) for w in wrt}
+    return _derive_one(expr, _typed(expr, shapes), wrt)
+
+
+def _typed(expr, shapes):
+    ast = parse(expr)
+    typed = typecheck(ast, expr, shapes)
+    if typed.expr.shape != ir.SCALAR:
+        raise ShapeError(f"λ must be a scalar, but the expression is {ir.fmt_shape(typed.expr.shape)} "
+                         "(sum(...) or G:(...) make a scalar)", expr, 0, len(expr.rstrip()))
+    return typed
+
+
+def _derive_one(expr, typed, wrt) -> Derivation:
+    if not isinstance(wrt, str):
+        raise DeriveError(f"wrt must be a symbol name, got {wrt!r}")
+    if wrt not in typed.symbols:
+        names = list(typed.symbols)
+        close = difflib.get_close_matches(wrt, names, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise DeriveError(f"{wrt!r} does not occur in the expression{hint}; its symbols are "
+                          + ", ".join(names))
+    primal = stabilize(typed.expr)
+    dlam, rules = differential(primal, wrt)
+    dW = ir.delta(wrt, typed.symbols[wrt].shape)
+    G, steps = pullback(dlam, dW)
+    if dlam is not None:
+        d_of = ir.Expr("d", (primal,), None, ir.SCALAR)
+        steps.insert(0, Step(d_of, dlam, "differential: " + "; ".join(rules)))
+    return Derivation(expr, typed, primal, wrt, G, steps, rules)
+
+
+__all__ = ["derive", "Derivation", "GradientFunction", "MatcalcError"]

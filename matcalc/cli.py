@@ -1,0 +1,111 @@
+"""The command line: ``matcalc derive EXPR --wrt W [...]``.
+
+Exit status: 0 success, 1 a numerical check failed, 2 the input was refused."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+EXIT_OK, EXIT_CHECK_FAILED, EXIT_REFUSED, EXIT_INTERNAL = 0, 1, 2, 3
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # usage errors are refusals too: exit 2, no traceback
+        self.print_usage(sys.stderr)
+        sys.stderr.write(f"matcalc: error: {message}\n")
+        sys.exit(EXIT_REFUSED)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    p = _Parser(prog="matcalc", description="Matrix calculus with the differential method: "
+                "dλ = G : dW, step by step, with NumPy code and a numerical check.")
+    p.add_argument("--version", action="version", version=f"matcalc {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    d = sub.add_parser("derive", help="the gradient of a scalar expression",
+                       description="Print ∂λ/∂W and its shape for the scalar expression λ = EXPR.",
+                       epilog='example: matcalc derive "alpha*(exp(W@x+c)-W@x-c+m*m-1):1" --wrt W --steps')
+    d.add_argument("expr", metavar="EXPR", help="the expression, e.g. 'G:exp(X@W)'")
+    d.add_argument("--wrt", action="append", required=True, metavar="NAME",
+                   help="the variable (repeat for several)")
+    d.add_argument("--shape", action="append", default=[], metavar="NAME=DIMS",
+                   help="declare a shape: W=a,b  x=b  alpha=scalar  (ints allowed: W=n,3)")
+    d.add_argument("--steps", action="store_true", help="print the derivation step by step")
+    d.add_argument("--latex", action="store_true", help="print the gradient in LaTeX")
+    d.add_argument("--code", action="store_true", help="print the NumPy source of the gradient")
+    d.add_argument("--check", action="store_true", help="check against finite differences (exit 1 if it fails)")
+    d.add_argument("--json", action="store_true", help="print one JSON object per --wrt")
+    return p
+
+
+def parse_shapes(items) -> dict:
+    from .errors import DeriveError
+
+    shapes = {}
+    for item in items:
+        name, sep, dims = item.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise DeriveError(f"--shape takes NAME=DIMS (like W=a,b or alpha=scalar), got {item!r}")
+        dims = dims.strip()
+        shapes[name] = () if dims in ("", "scalar", "()") else tuple(p.strip() for p in dims.split(","))
+    return shapes
+
+
+def run(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command != "derive":
+        build_parser().print_help(sys.stderr)
+        return EXIT_REFUSED
+    from .api import derive
+    from .errors import MatcalcError
+
+    try:
+        shapes = parse_shapes(args.shape)
+        results = derive(args.expr, wrt=list(args.wrt), shapes=shapes)
+    except MatcalcError as e:
+        print(f"matcalc: {e}", file=sys.stderr)
+        return EXIT_REFUSED
+    status = EXIT_OK
+    out = []
+    for w, d in results.items():
+        report = d.check() if args.check else None
+        if report is not None and not report.ok:
+            status = EXIT_CHECK_FAILED
+        if args.json:
+            out.append(json.dumps(d.to_dict(report), ensure_ascii=False))
+            continue
+        if len(results) > 1:
+            out.append(f"── {w} ──")
+        if args.steps:
+            out.extend(d.derivation_lines())
+        else:
+            out.append(f"∂λ/∂{w} = {d.text}")
+            out.append(f"shape: {d.shape_text} (the shape of {w})")
+        if args.latex:
+            out.append(f"latex: {d.latex}")
+        if args.code:
+            out.append(d.numpy_source.rstrip())
+        if report is not None:
+            out.append(str(report))
+    print("\n".join(out))
+    if status == EXIT_CHECK_FAILED and not args.json:
+        print("matcalc: the numerical check failed", file=sys.stderr)
+    return status
+
+
+def main(argv=None) -> None:
+    try:
+        code = run(argv)
+    except KeyboardInterrupt:
+        code = 130
+    except Exception as e:  # a bug in matcalc: say so briefly, never a raw traceback
+        if os.environ.get("MATCALC_DEBUG"):
+            raise
+        print(f"matcalc: internal error ({type(e).__name__}: {e}); please report it "
+              "(set MATCALC_DEBUG=1 for the traceback)", file=sys.stderr)
+        code = EXIT_INTERNAL
+    sys.exit(code)

@@ -1,0 +1,51 @@
+"""Refusals. Every one names what is wrong and where, with a caret under the column."""
+from __future__ import annotations
+
+
+class MatcalcError(Exception):
+    """Base class of every refusal. ``str(err)`` is the message the CLI prints."""
+
+    kind = "error"
+
+    def __init__(self, message: str, source: str | None = None,
+                 start: int | None = None, end: int | None = None):
+        self.message = message
+        self.source = source
+        self.start = start
+        self.end = end
+        super().__init__(self.render())
+
+    @property
+    def column(self) -> int | None:
+        """1-based column of the offending sub-expression, if known."""
+        return None if self.start is None else self.start + 1
+
+    def render(self) -> str:
+        head = f"{self.kind}: {self.message}"
+        if self.source is None or self.start is None:
+            return head
+        line = self.source.replace("\n", " ").replace("\t", " ")
+        start = min(max(self.start, 0), len(line))
+        end = max(min(self.end if self.end is not None else start + 1, len(line)), start + 1)
+        if len(line) > 200:  # show a window around the column for very long input
+            lo = max(0, start - 80)
+            hi = min(len(line), max(end, start + 1) + 80)
+            prefix = "..." if lo else ""
+            line = prefix + line[lo:hi] + ("..." if hi < len(line) else "")
+            start, end = start - lo + len(prefix), min(end, hi) - lo + len(prefix)
+        caret = " " * start + "^" * max(1, end - start)
+        return f"{head} (column {self.column})\n  {line}\n  {caret}"
+
+
+class ParseError(MatcalcError):
+    kind = "parse error"
+
+
+class ShapeError(MatcalcError):
+    kind = "shape error"
+
+
+class DeriveError(MatcalcError):
+    """The request itself is refused (wrt not a symbol of the expression, bad option)."""
+
+    kind = "error"

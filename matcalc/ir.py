@@ -1,0 +1,234 @@
+"""The intermediate representation: small immutable expression nodes.
+
+Every node has an operator name ``op``, a tuple of argument nodes ``args``, an
+optional hashable ``attr`` (a symbol's name, a constant's value) and a ``shape``
+``(rows, cols)`` whose entries are ints or dimension names; a scalar is ``(1, 1)``
+and a column vector ``(n, 1)``.  Nodes are hash-consed: building the same
+expression twice gives the same object, so equality is identity and common
+subexpressions are shared for free (the IR is a DAG).
+
+The constructors below only build and check shapes; they never rewrite.
+Rewriting is ``simplify``'s job.
+"""
+from __future__ import annotations
+
+import weakref
+
+SCALAR = (1, 1)
+
+# elementwise functions: the ops that act entry by entry (see rules.ELEMENTWISE)
+ELEMENTWISE_OPS = ("exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "relu",
+                   "step", "abs", "sign", "softplus")
+
+
+class Expr:
+    __slots__ = ("op", "args", "attr", "shape", "_order", "__weakref__")
+
+    _table: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
+
+    def __new__(cls, op: str, args: tuple = (), attr=None, shape=SCALAR):
+        key = (op, attr, shape, tuple(id(a) for a in args))
+        node = cls._table.get(key)
+        if node is not None:
+            return node
+        node = object.__new__(cls)
+        object.__setattr__(node, "op", op)
+        object.__setattr__(node, "args", tuple(args))
+        object.__setattr__(node, "attr", attr)
+        object.__setattr__(node, "shape", shape)
+        # a deterministic ordering key (no dependence on id() or hash seeds)
+        if op == "sym" or op == "delta":
+            order = (2, str(attr))
+        elif op == "const":
+            order = (0, repr(attr))
+        else:
+            order = (3, op, str(attr) if attr is not None else "") + tuple(a._order for a in args)
+        object.__setattr__(node, "_order", order if len(order) < 40 else order[:40])
+        cls._table[key] = node
+        return node
+
+    def __setattr__(self, name, value):
+        raise AttributeError("Expr nodes are immutable")
+
+    def __reduce__(self):
+        return (Expr, (self.op, self.args, self.attr, self.shape))
+
+    # equality is identity thanks to hash-consing
+    __hash__ = object.__hash__
+
+    def __eq__(self, other):
+        return self is other
+
+    @property
+    def is_scalar(self) -> bool:
+        return self.shape == SCALAR
+
+    @property
+    def is_const(self) -> bool:
+        return self.op == "const"
+
+    def __repr__(self):
+        from .printing import to_text
+
+        return f"<{to_text(self)} : {fmt_shape(self.shape)}>"
+
+
+# ---------------------------------------------------------------- shapes
+
+def fmt_dim(d) -> str:
+    return str(d)
+
+
+def fmt_shape(shape) -> str:
+    r, c = shape
+    if shape == SCALAR:
+        return "scalar"
+    if c == 1:
+        return f"length-{r} vector"
+    if r == 1:
+        return f"1×{c} row vector"
+    return f"{r}×{c}"
+
+
+class ShapeMismatch(Exception):
+    """Internal: a constructor was given ill-shaped arguments (a bug, not user input)."""
+
+
+def _broadcast(shapes):
+    out = SCALAR
+    for s in shapes:
+        if s == SCALAR:
+            continue
+        if out == SCALAR:
+            out = s
+        elif s != out:
+            raise ShapeMismatch(f"cannot broadcast {shapes}")
+    return out
+
+
+# ---------------------------------------------------------------- constructors
+
+def sym(name: str, shape) -> Expr:
+    return Expr("sym", (), name, tuple(shape))
+
+
+def delta(name: str, shape) -> Expr:
+    """The differential dX of a symbol X."""
+    return Expr("delta", (), name, tuple(shape))
+
+
+def const(value: float, shape=SCALAR) -> Expr:
+    value = float(value)
+    if value == 0:
+        value = 0.0  # no -0.0
+    return Expr("const", (), value, tuple(shape))
+
+
+def eye(n) -> Expr:
+    return Expr("eye", (), None, (n, n))
+
+
+def add(*terms: Expr) -> Expr:
+    if len(terms) == 1:
+        return terms[0]
+    return Expr("add", terms, None, _broadcast([t.shape for t in terms]))
+
+
+def mul(*factors: Expr) -> Expr:
+    """Hadamard product (a scalar factor scales)."""
+    if len(factors) == 1:
+        return factors[0]
+    return Expr("mul", factors, None, _broadcast([f.shape for f in factors]))
+
+
+def neg(a: Expr) -> Expr:
+    return mul(const(-1.0), a)
+
+
+def sub(a: Expr, b: Expr) -> Expr:
+    return add(a, neg(b))
+
+
+def div(a: Expr, b: Expr) -> Expr:
+    return Expr("div", (a, b), None, _broadcast([a.shape, b.shape]))
+
+
+def power(a: Expr, k: Expr) -> Expr:
+    if not k.is_scalar:
+        raise ShapeMismatch("exponent must be a scalar")
+    return Expr("pow", (a, k), None, a.shape)
+
+
+def matmul(a: Expr, b: Expr) -> Expr:
+    if a.shape[1] != b.shape[0]:
+        raise ShapeMismatch(f"matmul {a.shape} @ {b.shape}")
+    return Expr("matmul", (a, b), None, (a.shape[0], b.shape[1]))
+
+
+def T(a: Expr) -> Expr:
+    return Expr("T", (a,), None, (a.shape[1], a.shape[0]))
+
+
+def frob(a: Expr, b: Expr) -> Expr:
+    if a.shape != b.shape:
+        raise ShapeMismatch(f"frobenius {a.shape} : {b.shape}")
+    return Expr("frob", (a, b), None, SCALAR)
+
+
+def _square(a: Expr, what: str):
+    if a.shape[0] != a.shape[1]:
+        raise ShapeMismatch(f"{what} needs a square matrix")
+
+
+def func(name: str, a: Expr) -> Expr:
+    """Functions of one argument: elementwise ones and the reductions / matrix functions."""
+    r, c = a.shape
+    if name in ELEMENTWISE_OPS or name == "softmax":
+        shape = a.shape
+    elif name in ("sum", "norm2", "norm1", "logsumexp"):
+        shape = SCALAR
+    elif name in ("tr", "det", "logdet"):
+        _square(a, name)
+        shape = SCALAR
+    elif name == "inv":
+        _square(a, name)
+        shape = a.shape
+    elif name == "diag":
+        _square(a, name)
+        shape = (r, 1)
+    elif name == "Diag":
+        if c != 1:
+            raise ShapeMismatch("Diag needs a column vector")
+        shape = (r, r)
+    else:
+        raise ShapeMismatch(f"unknown function {name}")
+    return Expr(name, (a,), None, shape)
+
+
+def dims_of(e: Expr):
+    return [d for d in e.shape if not isinstance(d, int)]
+
+
+def walk(root: Expr):
+    """All distinct nodes of the DAG, children before parents (iterative post-order)."""
+    seen = set()
+    order = []
+    stack = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if done:
+            order.append(node)
+            continue
+        if node in seen:
+            continue
+        seen.add(node)
+        stack.append((node, True))
+        for a in reversed(node.args):
+            if a not in seen:
+                stack.append((a, False))
+    return order
+
+
+def symbols(root: Expr):
+    """The symbols of an expression, in order of first appearance (left to right)."""
+    return [n for n in walk(root) if n.op == "sym"]

@@ -1,0 +1,163 @@
+"""Text → syntax tree. The grammar lives in ``grammar/matcalc.lark``; this module turns
+lark's parse tree into a small AST that keeps the source span of every node."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+from .errors import ParseError
+
+MAX_DEPTH = 200  # nesting deeper than this is refused, never a RecursionError
+MAX_LENGTH = 20000
+
+
+@dataclass(frozen=True)
+class Node:
+    """AST node. kind: num, name, call, add, mul, frob, neg, pow, T.
+    For ``add`` value holds the signs (+1/-1) of the terms; for ``mul`` the operator
+    ('*', '/', '@'); for ``call`` the function name; for ``name`` the name."""
+
+    kind: str
+    children: tuple
+    start: int
+    end: int
+    value: object = None
+
+
+@lru_cache(maxsize=1)
+def _parser():
+    import lark
+
+    text = resources.files("matcalc.grammar").joinpath("matcalc.lark").read_text(encoding="utf-8")
+    return lark.Lark(text, parser="lalr", maybe_placeholders=False)
+
+
+_MULOPS = {"*": "*", "∘": "*", "⊙": "*", "/": "/", "⊘": "/", "@": "@"}
+
+
+def _describe_token(tok) -> str:
+    names = {"RPAR": "')'", "LPAR": "'('", "NUMBER": "a number", "NAME": "a name",
+             "MULOP": "an operator", "PLUS": "'+'", "MINUS": "'-'", "COLON": "':'",
+             "POWOP": "'**'", "TRANSPOSE": "a transpose", "COMMA": "','", "$END": "the end of input"}
+    if getattr(tok, "type", None) == "$END":
+        return "the end of input"
+    return f"'{tok}'" if str(tok) else names.get(tok.type, tok.type)
+
+
+def parse(source: str) -> Node:
+    """Parse an expression; raise ParseError with a caret on failure."""
+    import lark
+
+    if not isinstance(source, str):
+        raise ParseError(f"expected the expression as a string, got {type(source).__name__}")
+    if not source.strip():
+        raise ParseError("the expression is empty", source, 0, 1)
+    if len(source) > MAX_LENGTH:
+        raise ParseError(f"the expression is {len(source)} characters long; the limit is {MAX_LENGTH}",
+                         source, MAX_LENGTH, MAX_LENGTH + 1)
+    depth = 0
+    for i, ch in enumerate(source):
+        depth += ch == "("
+        depth -= ch == ")"
+        if depth > MAX_DEPTH:
+            raise ParseError(f"parentheses nested more than {MAX_DEPTH} deep", source, i, i + 1)
+    try:
+        tree = _parser().parse(source)
+    except lark.exceptions.UnexpectedCharacters as e:
+        ch = source[e.pos_in_stream] if e.pos_in_stream < len(source) else ""
+        hint = ""
+        if ch in "[]{}":
+            hint = " (use parentheses for grouping)"
+        elif ch == "=":
+            hint = " (matcalc takes an expression, not an equation)"
+        raise ParseError(f"unexpected character {ch!r}{hint}", source, e.pos_in_stream,
+                         e.pos_in_stream + 1) from None
+    except lark.exceptions.UnexpectedToken as e:
+        tok = e.token
+        pos = getattr(tok, "start_pos", None)
+        if tok.type == "$END" or pos is None:
+            pos = len(source.rstrip())
+            raise ParseError("the expression ends too early (an operand or ')' is missing)",
+                             source, pos, pos + 1) from None
+        msg = f"unexpected {_describe_token(tok)}"
+        if tok.type == "RPAR":
+            msg += " (unbalanced parentheses, or an operand is missing)"
+        elif tok.type in ("NAME", "NUMBER", "LPAR"):
+            msg += " (an operator is missing: write products with *, ∘ or @)"
+        raise ParseError(msg, source, pos, pos + max(1, len(str(tok)))) from None
+    except lark.exceptions.UnexpectedInput as e:  # pragma: no cover - other lark failures
+        pos = getattr(e, "pos_in_stream", 0) or 0
+        raise ParseError("could not parse the expression", source, pos, pos + 1) from None
+    return _convert(tree, source)
+
+
+def _span(items):
+    starts, ends = [], []
+    for it in items:
+        if isinstance(it, Node):
+            starts.append(it.start)
+            ends.append(it.end)
+        else:
+            starts.append(it.start_pos)
+            ends.append(it.end_pos)
+    return min(starts), max(ends)
+
+
+def _convert(tree, source: str) -> Node:
+    """Post-order conversion with an explicit stack (no recursion on deep input)."""
+    import lark
+
+    out: dict[int, Node] = {}
+    stack = [(tree, False)]
+    while stack:
+        t, done = stack.pop()
+        if not done:
+            stack.append((t, True))
+            for c in t.children:
+                if isinstance(c, lark.Tree):
+                    stack.append((c, False))
+            continue
+        kids = [out.pop(id(c)) if isinstance(c, lark.Tree) else c for c in t.children]
+        out[id(t)] = _build(t.data, kids, source)
+    return out[id(tree)]
+
+
+def _build(kind: str, kids: list, source: str) -> Node:
+    s, e = _span(kids)
+    if kind == "number":
+        return Node("num", (), s, e, float(kids[0]))
+    if kind == "name":
+        return Node("name", (), s, e, str(kids[0]))
+    if kind == "paren":
+        inner = kids[1]
+        return Node(inner.kind, inner.children, s, e, inner.value)
+    if kind == "args":
+        return Node("args", tuple(k for k in kids if isinstance(k, Node)), s, e)
+    if kind == "call":
+        name, args = str(kids[0]), kids[2].children
+        return Node("call", args, s, e, name)
+    if kind in ("add", "sub"):
+        left, right = kids[0], kids[2]
+        sign = 1 if kind == "add" else -1
+        if left.kind == "add" and left.start == s and not _parenthesised(left, source):
+            return Node("add", left.children + (right,), s, e, left.value + (sign,))
+        return Node("add", (left, right), s, e, (1, sign))
+    if kind == "frob":
+        return Node("frob", (kids[0], kids[2]), s, e)
+    if kind == "binop":
+        return Node("mul", (kids[0], kids[2]), s, e, _MULOPS[str(kids[1])])
+    if kind == "neg":
+        return Node("neg", (kids[1],), s, e)
+    if kind == "pos":
+        inner = kids[1]
+        return Node(inner.kind, inner.children, s, e, inner.value)
+    if kind == "pow":
+        return Node("pow", (kids[0], kids[2]), s, e)
+    if kind == "transpose":
+        return Node("T", (kids[0],), s, e)
+    raise ParseError(f"unsupported construct {kind}", source, s, e)  # pragma: no cover
+
+
+def _parenthesised(node: Node, source: str) -> bool:
+    return source[node.start] == "(" and source[node.end - 1] == ")"

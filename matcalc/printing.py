@@ -1,0 +1,233 @@
+"""Printing: matcalc text (re-parseable) and LaTeX, two visitors over the IR."""
+from __future__ import annotations
+
+import re
+
+from . import ir
+from .ir import SCALAR, Expr
+
+# precedence: 1 add, 2 frob, 3 mul/div/matmul, 4 unary minus, 5 pow, 6 postfix, 7 atom
+ADD, FROB, PROD, NEG, POW, POST, ATOM = 1, 2, 3, 4, 5, 6, 7
+
+
+def fmt_number(v: float) -> str:
+    if v == int(v) and abs(v) < 1e15:
+        return str(int(v))
+    return repr(v)
+
+
+def _neg_split(e: Expr):
+    """(True, positive part) if the term prints with a leading minus."""
+    if e.op == "const" and e.attr < 0:
+        return True, ir.const(-e.attr, e.shape)
+    if e.op == "mul" and e.args[0].op == "const" and e.args[0].shape == SCALAR and e.args[0].attr < 0:
+        c = -e.args[0].attr
+        rest = e.args[1:] if c == 1.0 else (ir.const(c),) + e.args[1:]
+        return True, rest[0] if len(rest) == 1 else Expr("mul", rest, None, e.shape)
+    if e.op == "frob":
+        negative, pos = _neg_split(e.args[0])
+        if negative:
+            return True, Expr("frob", (pos, e.args[1]), None, e.shape)
+    return False, e
+
+
+class TextPrinter:
+    """Expr -> matcalc syntax."""
+
+    def __init__(self, names: dict | None = None):
+        self.names = names or {}   # node -> short name (definitions)
+        self.memo: dict = {}
+
+    def __call__(self, e: Expr) -> str:
+        return self.p(e)[0]
+
+    def wrap(self, e: Expr, limit: int, strict: bool = False) -> str:
+        s, prec = self.p(e)
+        return f"({s})" if (prec <= limit if strict else prec < limit) else s
+
+    def p(self, e: Expr):
+        hit = self.memo.get(e)
+        if hit is None:
+            hit = self.memo[e] = self.visit(e)
+        return hit
+
+    def visit(self, e: Expr):
+        if e in self.names:
+            return self.names[e], ATOM
+        op = e.op
+        if op == "sym":
+            return e.attr, ATOM
+        if op == "delta":
+            return "d" + e.attr, ATOM
+        if op == "const":
+            return fmt_number(e.attr), (ATOM if e.attr >= 0 else NEG)
+        if op == "eye":
+            return "I", ATOM
+        if op == "add":
+            parts = []
+            for i, t in enumerate(e.args):
+                negative, pos = _neg_split(t)
+                s = self.wrap(pos, ADD, strict=True)
+                parts.append(s if i == 0 and not negative else (("-" if i == 0 else " - ") + s if negative else " + " + s))
+            return "".join(parts), ADD
+        if op == "mul":
+            negative, pos = _neg_split(e)
+            fs = pos.args if pos.op == "mul" else (pos,)
+            out = []
+            for i, f in enumerate(fs):
+                scalars_before = all(g.shape == SCALAR for g in fs[:i])
+                if i == 0 and not (f.op == "matmul" and len(fs) > 1):
+                    out.append(self.wrap(f, PROD))
+                elif f.op in ("matmul", "div") and scalars_before and i == len(fs) - 1:
+                    out.append(self.wrap(f, PROD))
+                else:
+                    out.append(self.wrap(f, PROD, strict=True))
+            s = "*".join(out)
+            if negative:
+                return "-" + s, (NEG if len(fs) == 1 else PROD)
+            return s, PROD
+        if op == "matmul":
+            a = e.args[0]
+            left = self.wrap(a, PROD, strict=a.op == "mul" and a.args[-1].shape != SCALAR
+                             and sum(f.shape != SCALAR for f in a.args) > 1)
+            return f"{left}@{self.wrap(e.args[1], PROD, strict=True)}", PROD
+        if op == "div":
+            return f"{self.wrap(e.args[0], PROD)}/{self.wrap(e.args[1], PROD, strict=True)}", PROD
+        if op == "frob":
+            return f"{self.wrap(e.args[0], FROB)}:{self.wrap(e.args[1], FROB, strict=True)}", FROB
+        if op == "pow":
+            k = e.args[1]
+            ks = fmt_number(k.attr) if k.op == "const" else self.wrap(k, ATOM)
+            return f"{self.wrap(e.args[0], POST)}**{ks}", POW
+        if op == "T":
+            return f"{self.wrap(e.args[0], POST)}.T", POST
+        return f"{op}({self.p(e.args[0])[0]})", ATOM
+
+
+def to_text(e: Expr, names: dict | None = None) -> str:
+    return TextPrinter(names)(e)
+
+
+# ---------------------------------------------------------------- LaTeX
+
+GREEK_TEX = {g: "\\" + g for g in ["alpha", "beta", "gamma", "delta", "epsilon", "varepsilon", "zeta",
+                                     "eta", "theta", "vartheta", "iota", "kappa", "lambda", "mu", "nu",
+                                     "xi", "pi", "rho", "sigma", "tau", "upsilon", "phi", "varphi",
+                                     "chi", "psi", "omega"]}
+GREEK_TEX.update({g.capitalize(): "\\" + g.capitalize() for g in
+                  ["gamma", "delta", "theta", "lambda", "xi", "pi", "sigma", "upsilon", "phi", "psi", "omega"]})
+GREEK_TEX["omicron"] = "o"
+_UNICODE_GREEK = dict(zip("αβγδεζηθικλμνξπρστυφχψωΓΔΘΛΞΠΣΥΦΨΩ",
+                          ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota",
+                           "kappa", "lambda", "mu", "nu", "xi", "pi", "rho", "sigma", "tau", "upsilon",
+                           "phi", "chi", "psi", "omega", "Gamma", "Delta", "Theta", "Lambda", "Xi", "Pi",
+                           "Sigma", "Upsilon", "Phi", "Psi", "Omega"]))
+
+
+def tex_name(name: str) -> str:
+    name = "".join(_UNICODE_GREEK.get(ch, ch) for ch in name)
+    m = re.match(r"^([A-Za-z]+?)_?(\d+|_[A-Za-z0-9_]+)?$", name)
+    if not m:
+        base, sub = name, None
+    else:
+        base, sub = m.group(1), m.group(2)
+    if base in GREEK_TEX:
+        base_tex = GREEK_TEX[base]
+    elif len(base) == 1:
+        base_tex = base
+    elif re.fullmatch(r"[A-Za-z]+", base):
+        base_tex = "\\mathrm{" + base + "}"
+    else:
+        base_tex = "\\mathrm{" + re.sub(r"([_{}$#%&^\\])", lambda mm: "\\" + mm.group(1) if mm.group(1) != "\\" else "", base) + "}"
+    if sub:
+        sub = sub.lstrip("_").replace("_", "\\_")
+        return f"{base_tex}_{{{sub}}}"
+    return base_tex
+
+
+_TEX_FUNCS = {"log": "\\log", "sin": "\\sin", "cos": "\\cos", "tanh": "\\tanh", "det": "\\det",
+              "logdet": "\\log\\det"}
+
+
+class LatexPrinter(TextPrinter):
+    """Expr -> LaTeX (juxtaposition for products, ∘ for Hadamard, ^\\top for transpose)."""
+
+    def wrap(self, e: Expr, limit: int, strict: bool = False) -> str:
+        s, prec = self.p(e)
+        return f"\\left({s}\\right)" if (prec <= limit if strict else prec < limit) else s
+
+    def visit(self, e: Expr):
+        if e in self.names:
+            return tex_name(self.names[e]), ATOM
+        op = e.op
+        if op == "sym":
+            return tex_name(e.attr), ATOM
+        if op == "delta":
+            return "\\mathrm{d}" + tex_name(e.attr), ATOM
+        if op == "const":
+            s = fmt_number(abs(e.attr))
+            if e.shape != SCALAR and e.attr == 1.0:
+                s = "\\mathbf{1}"
+            return ("-" + s if e.attr < 0 else s), (ATOM if e.attr >= 0 else NEG)
+        if op == "eye":
+            return "I", ATOM
+        if op == "add":
+            parts = []
+            for i, t in enumerate(e.args):
+                negative, pos = _neg_split(t)
+                s = self.wrap(pos, ADD, strict=True)
+                parts.append(s if i == 0 and not negative else (("-" if i == 0 else " - ") + s if negative else " + " + s))
+            return "".join(parts), ADD
+        if op == "mul":
+            negative, pos = _neg_split(e)
+            fs = pos.args if pos.op == "mul" else (pos,)
+            out = ""
+            for i, f in enumerate(fs):
+                s = self.wrap(f, PROD) if i == 0 else self.wrap(f, PROD, strict=f.op not in ("matmul",))
+                if i == 0:
+                    out = s
+                elif f.shape == SCALAR or fs[i - 1].shape == SCALAR:
+                    out += " " + s
+                else:
+                    out += " \\circ " + s
+            if negative:
+                return "-" + out, (NEG if len(fs) == 1 else PROD)
+            return out, PROD
+        if op == "matmul":
+            return f"{self.wrap(e.args[0], PROD)} {self.wrap(e.args[1], PROD, strict=True)}", PROD
+        if op == "div":
+            a, b = e.args
+            if e.shape == SCALAR:
+                return f"\\frac{{{self.p(a)[0]}}}{{{self.p(b)[0]}}}", ATOM
+            return f"{self.wrap(a, PROD)} \\oslash {self.wrap(b, PROD, strict=True)}", PROD
+        if op == "frob":
+            return f"{self.wrap(e.args[0], FROB)} : {self.wrap(e.args[1], FROB, strict=True)}", FROB
+        if op == "pow":
+            k = e.args[1]
+            ks = fmt_number(k.attr) if k.op == "const" else self.p(k)[0]
+            return f"{{{self.wrap(e.args[0], ATOM)}}}^{{{ks}}}", POW
+        if op == "T":
+            a = e.args[0]
+            if a.op == "inv":
+                return f"{self.wrap(a.args[0], ATOM)}^{{-\\top}}", POST
+            return f"{self.wrap(a, ATOM)}^{{\\top}}", POST
+        arg = e.args[0]
+        s = self.p(arg)[0]
+        if op == "exp":
+            return (f"e^{{{s}}}", ATOM) if len(s) <= 30 else (f"\\exp\\left({s}\\right)", ATOM)
+        if op == "inv":
+            return f"{self.wrap(arg, ATOM)}^{{-1}}", POST
+        if op == "sqrt":
+            return f"\\sqrt{{{s}}}", ATOM
+        if op == "abs":
+            return f"\\left|{s}\\right|", ATOM
+        if op == "norm2":
+            return f"\\left\\|{s}\\right\\|", ATOM
+        if op == "norm1":
+            return f"\\left\\|{s}\\right\\|_{{1}}", ATOM
+        name = _TEX_FUNCS.get(op, "\\operatorname{" + op + "}")
+        return f"{name}\\left({s}\\right)", ATOM
+
+
+def to_latex(e: Expr, names: dict | None = None) -> str:
+    return LatexPrinter(names)(e)

@@ -1,0 +1,400 @@
+"""Shapes: naming defaults, declarations, unification of symbolic dimensions, and
+the typed IR built from the syntax tree.
+
+Every value is (rows, cols): a scalar is (1, 1), a vector (n, 1), its transpose
+(1, n).  Dimensions are ints, names the user declared, or variables that
+unification binds; variables left free are named a, b, c, … in order of first
+appearance.  A dimension that belongs to a symbol never becomes 1: a vector is
+never silently a scalar.
+"""
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+
+from . import ir
+from .errors import ParseError, ShapeError
+from .parse import Node
+
+GREEK = {"alpha", "beta", "gamma", "delta", "epsilon", "varepsilon", "zeta", "eta", "theta",
+         "vartheta", "iota", "kappa", "lambda", "mu", "nu", "xi", "omicron", "pi", "rho",
+         "sigma", "tau", "upsilon", "phi", "varphi", "chi", "psi", "omega"}
+
+FUNCTIONS = set(ir.ELEMENTWISE_OPS) | {"sum", "tr", "det", "logdet", "inv", "diag", "Diag",
+                                         "norm2", "norm1", "logsumexp", "softmax"}
+ALIASES = {"trace": "tr", "Tr": "tr", "ln": "log"}
+IDENTITY_NAMES = ("I", "eye")
+
+_DIM_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def default_kind(name: str) -> int:
+    """0 scalar, 1 vector, 2 matrix, from the spelling of a name (SPEC §2)."""
+    base = re.sub(r"[\d_]+$", "", name) or name
+    if base in GREEK:
+        return 0
+    first = name[0]
+    if first.isupper():
+        return 2
+    if "\u03b1" <= first <= "\u03c9":  # a lower-case Greek letter written as itself
+        return 0
+    return 1
+
+
+class Var:
+    """A dimension variable, bound by unification."""
+
+    __slots__ = ("name", "serial")
+
+    def __init__(self, name, serial):
+        self.name, self.serial = name, serial
+
+    def __repr__(self):
+        return self.name
+
+
+def _letters():
+    import itertools
+    import string
+
+    for n in itertools.count(1):
+        for t in itertools.product(string.ascii_lowercase, repeat=n):
+            yield "".join(t)
+
+
+def parse_declaration(name: str, spec) -> tuple:
+    """A declared shape: (), ("n",), ("m", "n"), ints allowed; "scalar" means ()."""
+    if isinstance(spec, str):
+        s = spec.strip()
+        if s in ("", "scalar", "()"):
+            return ()
+        spec = [p.strip() for p in s.strip("()").split(",") if p.strip()]
+    if isinstance(spec, (int,)) and not isinstance(spec, bool):
+        spec = (spec,)
+    try:
+        spec = tuple(spec)
+    except TypeError:
+        raise ShapeError(f"the shape of {name} must be a tuple of dimensions, got {spec!r}") from None
+    if len(spec) > 2:
+        raise ShapeError(f"{name} is declared with {len(spec)} dimensions; matcalc handles scalars, "
+                         "vectors and matrices (at most 2)")
+    dims = []
+    for d in spec:
+        if isinstance(d, bool):
+            raise ShapeError(f"bad dimension {d!r} in the shape of {name}")
+        if isinstance(d, int) or (isinstance(d, str) and d.strip().isdigit()):
+            d = int(d)
+            if d < 1:
+                raise ShapeError(f"dimension {d} in the shape of {name} must be at least 1")
+            dims.append(d)
+        elif isinstance(d, str) and _DIM_RE.match(d.strip()):
+            dims.append(d.strip())
+        else:
+            raise ShapeError(f"bad dimension {d!r} in the shape of {name}: use a name like n or an int")
+    return tuple(dims)
+
+
+@dataclass
+class Typed:
+    """The result of typing an expression."""
+
+    expr: ir.Expr                 # the typed IR of the whole expression
+    symbols: dict                 # name -> ir.Expr (sym node) in order of appearance
+    user_shapes: dict             # name -> () / (n,) / (m, n) in the user's dims
+    source: str
+
+
+class _Typer:
+    def __init__(self, source: str, declared: dict):
+        self.source = source
+        self.parent: dict = {}
+        self.serial = 0
+        self.declared = {k: parse_declaration(k, v) for k, v in (declared or {}).items()}
+        self.user_dim_names = {d for s in self.declared.values() for d in s if isinstance(d, str)}
+        self._names = (n for n in _letters() if n not in self.user_dim_names)
+        self.sym_shape: dict = {}     # name -> (r, c) terms
+        self.sym_kind: dict = {}
+        self.eyes: list = []          # (node, var) to check they got a size
+        self.shape: dict = {}         # id(ast node) -> (r, c)
+        self.special: dict = {}       # id(ast node) -> 'inner' | 'ones'
+
+    # ---- union-find over dimensions
+    def fresh(self):
+        self.serial += 1
+        return Var(next(self._names), self.serial)
+
+    def find(self, d):
+        while isinstance(d, Var) and d in self.parent:
+            d = self.parent[d]
+        return d
+
+    def unify(self, a, b) -> bool:
+        a, b = self.find(a), self.find(b)
+        if a is b or (not isinstance(a, Var) and a == b):
+            return True
+        if isinstance(a, Var) and isinstance(b, Var):
+            if b.serial < a.serial:
+                a, b = b, a
+            self.parent[b] = a
+            return True
+        if isinstance(b, Var):
+            a, b = b, a
+        if isinstance(a, Var):
+            if b == 1:
+                return False  # a symbol's dimension never collapses to 1
+            self.parent[a] = b
+            return True
+        return False  # two different declared names, or different ints
+
+    def unify_all(self, *pairs) -> bool:
+        """Unify every pair or none (so a failure leaves the shapes as they were)."""
+        saved = dict(self.parent)
+        if all(self.unify(a, b) for a, b in pairs):
+            return True
+        self.parent = saved
+        return False
+
+    def show(self, shape) -> str:
+        r, c = (self.find(d) for d in shape)
+        return ir.fmt_shape((r, c))
+
+    def text(self, node: Node) -> str:
+        return self.source[node.start:node.end]
+
+    def fail(self, node: Node, message: str):
+        raise ShapeError(message, self.source, node.start, node.end)
+
+    # ---- typing
+    def symbol(self, node: Node):
+        name = node.value
+        if name not in self.sym_shape:
+            if name in self.declared:
+                spec = self.declared[name]
+                kind = len(spec)
+            else:
+                kind = default_kind(name)
+                spec = tuple(self.fresh() for _ in range(kind))
+            shape = {0: (1, 1), 1: (spec[0], 1) if spec else None, 2: tuple(spec)}[kind]
+            self.sym_shape[name] = shape
+            self.sym_kind[name] = kind
+        return self.sym_shape[name]
+
+    def type(self, root: Node):
+        # iterative post-order so deep input cannot overflow the stack
+        stack = [(root, False)]
+        while stack:
+            node, done = stack.pop()
+            if not done:
+                stack.append((node, True))
+                for c in reversed(node.children):
+                    stack.append((c, False))
+                continue
+            self.shape[id(node)] = self.rule(node)
+        for node, v in self.eyes:
+            if isinstance(self.find(v), Var) and self.find(v) not in self._bound_vars():
+                self.fail(node, f"cannot tell the size of {self.text(node)} from its context "
+                                "(it is used only with scalars)")
+        return self.shape[id(root)]
+
+    def _bound_vars(self):
+        roots = set()
+        for shape in self.sym_shape.values():
+            for d in shape:
+                roots.add(self.find(d))
+        return roots
+
+    def rule(self, n: Node):
+        k = n.kind
+        kid = [self.shape[id(c)] for c in n.children]
+        if k == "num":
+            return (1, 1)
+        if k == "name":
+            if n.value in IDENTITY_NAMES:
+                v = self.fresh()
+                self.eyes.append((n, v))
+                return (v, v)
+            return self.symbol(n)
+        if k == "neg":
+            return kid[0]
+        if k == "T":
+            return (kid[0][1], kid[0][0])
+        if k == "add":
+            return self.broadcast(n, n.children, kid, "add")
+        if k == "mul":
+            op = n.value
+            if op == "@":
+                return self.matmul(n, kid)
+            return self.broadcast(n, n.children, kid, "multiply" if op == "*" else "divide")
+        if k == "frob":
+            return self.frob(n, kid)
+        if k == "pow":
+            if kid[1] != (1, 1):
+                self.fail(n.children[1], f"the exponent {self.text(n.children[1])} must be a scalar, "
+                                         f"it is {self.show(kid[1])}")
+            return kid[0]
+        if k == "call":
+            return self.call(n, kid)
+        raise ShapeError(f"unsupported construct {k}", self.source, n.start, n.end)  # pragma: no cover
+
+    def is_scalar(self, shape):
+        return self.find(shape[0]) == 1 and self.find(shape[1]) == 1
+
+    def broadcast(self, n, children, shapes, verb):
+        arrays = [(c, s) for c, s in zip(children, shapes) if not self.is_scalar(s)]
+        if not arrays:
+            return (1, 1)
+        first_node, first = arrays[0]
+        for c, s in arrays[1:]:
+            if not self.unify_all((first[0], s[0]), (first[1], s[1])):
+                self.fail(n, f"cannot {verb} {self.text(first_node)} ({self.show(first)}) and "
+                             f"{self.text(c)} ({self.show(s)}) in {self.text(n)}: the shapes differ")
+        return first
+
+    def frob(self, n, kid):
+        (a, b), (sa, sb) = n.children, kid
+        if a.kind == "num" and not self.is_scalar(sb):
+            self.special[id(a)] = sb
+            return (1, 1)
+        if b.kind == "num" and not self.is_scalar(sa):
+            self.special[id(b)] = sa
+            return (1, 1)
+        if not self.unify_all((sa[0], sb[0]), (sa[1], sb[1])):
+            self.fail(n, f"the Frobenius product {self.text(n)} needs equal shapes, but "
+                         f"{self.text(a)} is {self.show(sa)} and {self.text(b)} is {self.show(sb)}")
+        return (1, 1)
+
+    def matmul(self, n, kid):
+        (a, b), (sa, sb) = n.children, kid
+        if a.kind == "num" and a.value == 1.0 and not self.is_scalar(sb):
+            sa = (1, sb[0])
+            self.special[id(a)] = sa
+        elif b.kind == "num" and b.value == 1.0 and not self.is_scalar(sa):
+            sb = (sa[1], 1)
+            self.special[id(b)] = sb
+        ra, ca = (self.find(d) for d in sa)
+        rb, cb = (self.find(d) for d in sb)
+        if ca == 1 and ra != 1 and cb == 1 and rb != 1:
+            # x@y of two column vectors: the inner product x.T@y, as NumPy does
+            if not self.unify(ra, rb):
+                self.fail(n, f"cannot take the inner product {self.text(n)}: {self.text(a)} is "
+                             f"{self.show(sa)} and {self.text(b)} is {self.show(sb)}")
+            self.special[id(n)] = "inner"
+            return (1, 1)
+        if not self.unify(ca, rb):
+            hint = ""
+            if self.is_scalar(sa) or self.is_scalar(sb):
+                hint = " (to scale by a scalar use *)"
+            self.fail(n, f"cannot multiply {self.text(a)} ({self.show(sa)}) @ {self.text(b)} "
+                         f"({self.show(sb)}): inner dimensions {ca} and {rb} differ{hint}")
+        return (sa[0], sb[1])
+
+    def call(self, n, kid):
+        name = ALIASES.get(n.value, n.value)
+        if name not in FUNCTIONS:
+            close = difflib.get_close_matches(name, sorted(FUNCTIONS), n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise ParseError(f"unknown function {n.value}{hint}", self.source, n.start,
+                             n.start + len(n.value))
+        if len(n.children) != 1:
+            self.fail(n, f"{n.value} takes one argument, got {len(n.children)}")
+        (arg,), (s,) = n.children, kid
+        r, c = s
+        what = f"{self.text(arg)} is {self.show(s)}"
+        if name in ir.ELEMENTWISE_OPS:
+            return s
+        if name in ("sum", "norm2", "norm1", "logsumexp"):
+            return (1, 1)
+        if name in ("tr", "det", "logdet", "inv", "diag"):
+            if not self.unify(r, c):
+                hint = " (Diag(v) makes a diagonal matrix from a vector)" if name == "diag" else ""
+                self.fail(n, f"{name} needs a square matrix, but {what}{hint}")
+            return (r, 1) if name == "diag" else ((1, 1) if name != "inv" else s)
+        if name == "Diag":
+            if self.find(c) != 1 or self.find(r) == 1:
+                self.fail(n, f"Diag needs a column vector, but {what} (diag(X) takes a matrix's diagonal)")
+            return (r, r)
+        if name == "softmax":
+            if self.find(c) != 1 and self.find(r) != 1:
+                self.fail(n, f"softmax needs a vector, but {what}")
+            return s
+        raise AssertionError(name)  # pragma: no cover
+
+    # ---- naming and IR
+    def finish(self):
+        final: dict = {}
+        names = (n for n in _letters() if n not in self.user_dim_names)
+
+        def resolve(d):
+            d = self.find(d)
+            if isinstance(d, Var):
+                if d not in final:
+                    final[d] = next(names)
+                return final[d]
+            return d
+
+        self.resolve = resolve
+        user_shapes, syms = {}, {}
+        for name, shape in self.sym_shape.items():
+            r, c = resolve(shape[0]), resolve(shape[1])
+            kind = self.sym_kind[name]
+            user_shapes[name] = {0: (), 1: (r,), 2: (r, c)}[kind]
+            syms[name] = ir.sym(name, (r, c))
+        self.syms = syms
+        return user_shapes, syms
+
+    def build(self, root: Node) -> ir.Expr:
+        out: dict = {}
+        stack = [(root, False)]
+        while stack:
+            node, done = stack.pop()
+            if not done:
+                stack.append((node, True))
+                for c in reversed(node.children):
+                    stack.append((c, False))
+                continue
+            out[id(node)] = self.make(node, [out[id(c)] for c in node.children])
+        return out[id(root)]
+
+    def make(self, n: Node, args):
+        k = n.kind
+        rs = tuple(self.resolve(d) for d in self.shape[id(n)])
+        if k == "num":
+            sp = self.special.get(id(n))
+            if sp is not None:
+                return ir.const(n.value, tuple(self.resolve(d) for d in sp))
+            return ir.const(n.value)
+        if k == "name":
+            if n.value in IDENTITY_NAMES:
+                return ir.eye(rs[0])
+            return self.syms[n.value]
+        if k == "neg":
+            return ir.neg(args[0])
+        if k == "T":
+            return ir.T(args[0])
+        if k == "add":
+            return ir.add(*[a if s > 0 else ir.neg(a) for a, s in zip(args, n.value)])
+        if k == "mul":
+            a, b = args
+            if n.value == "*":
+                return ir.mul(a, b)
+            if n.value == "/":
+                return ir.div(a, b)
+            if self.special.get(id(n)) == "inner":
+                return ir.matmul(ir.T(a), b)
+            return ir.matmul(a, b)
+        if k == "frob":
+            return ir.frob(*args)
+        if k == "pow":
+            return ir.power(*args)
+        if k == "call":
+            return ir.func(ALIASES.get(n.value, n.value), args[0])
+        raise AssertionError(k)  # pragma: no cover
+
+
+def typecheck(ast: Node, source: str, declared: dict | None = None) -> Typed:
+    t = _Typer(source, declared or {})
+    t.type(ast)
+    user_shapes, syms = t.finish()
+    expr = t.build(ast)
+    return Typed(expr, syms, user_shapes, source)

@@ -1,0 +1,363 @@
+"""Simplification to the textbook form.
+
+``simplify(e)`` rebuilds an expression bottom-up with canonical constructors
+(``s_add``, ``s_mul``, …): each assumes its arguments are already simplified and
+returns a simplified node.  Like terms are collected with a dictionary keyed by
+the (hash-consed) term, constants are folded, ``∘1``, ``@I`` and double
+transposes vanish, scalars move to the front, common factors are pulled out
+(``αp − α = α(p − 1)``, ``Ax + Aᵀx = (A + Aᵀ)x``) and ``Diag(h)v`` becomes ``h∘v``.
+"""
+from __future__ import annotations
+
+import math
+import weakref
+
+from . import ir
+from .ir import SCALAR, Expr, const
+
+_cache: "weakref.WeakKeyDictionary[Expr, Expr]" = weakref.WeakKeyDictionary()
+
+
+def simplify(e: Expr) -> Expr:
+    hit = _cache.get(e)
+    if hit is not None:
+        return hit
+    for node in ir.walk(e):
+        if node in _cache:
+            continue
+        args = tuple(_cache[a] for a in node.args)
+        out = _rebuild(node, args)
+        _cache[node] = out
+        _cache.setdefault(out, out)
+    return _cache[e]
+
+
+def _rebuild(node: Expr, args) -> Expr:
+    op = node.op
+    if not args:
+        return node
+    if op == "add":
+        return s_add(*args)
+    if op == "mul":
+        return s_mul(*args)
+    if op == "matmul":
+        return s_matmul(*args)
+    if op == "T":
+        return s_T(args[0])
+    if op == "div":
+        return s_div(*args)
+    if op == "pow":
+        return s_pow(*args)
+    if op == "frob":
+        return s_frob(*args)
+    return s_func(op, args[0])
+
+
+# ------------------------------------------------------------------ helpers
+
+def is_zero(e: Expr) -> bool:
+    return e.op == "const" and e.attr == 0.0
+
+
+def split_coeff(e: Expr):
+    """term = c * core with c a number; core None for a pure constant."""
+    if e.op == "const":
+        return e.attr, None
+    if e.op == "mul" and e.args[0].op == "const" and e.args[0].shape == SCALAR:
+        rest = e.args[1:]
+        core = rest[0] if len(rest) == 1 else Expr("mul", rest, None, e.shape)
+        if core.shape != e.shape:  # keep the broadcast shape
+            return 1.0, e
+        return e.args[0].attr, core
+    return 1.0, e
+
+
+def factors(e: Expr):
+    return list(e.args) if e.op == "mul" else [e]
+
+
+def _rank(f: Expr) -> int:
+    if f.op == "const":
+        return 0 if f.shape == SCALAR else 2
+    return 1 if f.shape == SCALAR else 3
+
+
+def scale(c: float, e: Expr) -> Expr:
+    return e if c == 1.0 else s_mul(const(c), e)
+
+
+# ------------------------------------------------------------------ add
+
+def s_add(*terms: Expr) -> Expr:
+    flat = []
+    for t in terms:
+        flat.extend(t.args if t.op == "add" else [t])
+    shape = ir._broadcast([t.shape for t in flat])
+    total = 0.0
+    coeffs: dict = {}
+    for t in flat:
+        c, core = split_coeff(t)
+        if core is None:
+            total += c
+        else:
+            coeffs[core] = coeffs.get(core, 0.0) + c
+    items = [(core, c) for core, c in coeffs.items() if c != 0.0]
+    if not items:
+        return const(total, shape)
+    full = any(core.shape == shape for core, _ in items)
+    # positive terms first, then negative ones, the constant last: I - inv(S).T
+    items.sort(key=lambda it: it[1] < 0)
+    out = [scale(c, core) for core, c in items]
+    if len(out) + (total != 0.0) > 1:
+        factored = _factor(items, total, shape)
+        if factored is not None:
+            return factored
+    if total != 0.0:
+        out.append(const(total, SCALAR if full else shape))
+    if len(out) == 1:
+        return out[0]
+    return Expr("add", tuple(out), None, shape)
+
+
+def _factor(items, total, shape):
+    """Pull out what every term shares: a common Hadamard factor, a common left or
+    right matrix factor, or a common numeric coefficient."""
+    if total == 0.0:
+        common = None
+        for core, _ in items:
+            fs = [f for f in factors(core) if f.op != "const"]
+            if common is None:
+                common = fs
+            else:
+                rest = list(fs)
+                keep = []
+                for f in common:
+                    if f in rest:
+                        rest.remove(f)
+                        keep.append(f)
+                common = keep
+            if not common:
+                break
+        if common and len(items) > 1:
+            inner = []
+            for core, c in items:
+                fs = factors(core)
+                for f in common:
+                    fs.remove(f)
+                inner.append(scale(c, s_mul(*fs) if fs else const(1.0)))
+            return s_mul(*common, s_add(*inner))
+        for side in (0, 1):
+            if len(items) > 1 and all(core.op == "matmul" for core, _ in items):
+                first = items[0][0].args[side]
+                if all(core.args[side] is first for core, _ in items):
+                    others = s_add(*[scale(c, core.args[1 - side]) for core, c in items])
+                    return s_matmul(first, others) if side == 0 else s_matmul(others, first)
+    mags = {abs(c) for _, c in items}
+    if total != 0.0:
+        mags.add(abs(total))
+    if len(mags) == 1:
+        m = mags.pop()
+        if m != 1.0:
+            inner = [scale(c / m, core) for core, c in items]
+            if total:
+                inner.append(const(total / m))
+            return s_mul(const(m), s_add(*inner))
+    return None
+
+
+# ------------------------------------------------------------------ mul
+
+def s_mul(*fs: Expr) -> Expr:
+    flat = []
+    for f in fs:
+        flat.extend(f.args if f.op == "mul" else [f])
+    shape = ir._broadcast([f.shape for f in flat])
+    c = 1.0
+    rest = []
+    for f in flat:
+        if f.op == "const":
+            c *= f.attr
+        else:
+            rest.append(f)
+    if c == 0.0 or not rest:
+        return const(c, shape)
+    reach = ir._broadcast([f.shape for f in rest])
+    out = []
+    if c != 1.0:
+        out.append(const(c))
+    if reach != shape:
+        out.append(const(1.0, shape))  # the all-ones array that carries the shape
+    # Diag(h)∘I and friends are left alone; order: number, scalars, ones, arrays
+    out.extend(rest)
+    out.sort(key=_rank)
+    if len(out) == 1:
+        return out[0]
+    return Expr("mul", tuple(out), None, shape)
+
+
+# ------------------------------------------------------------------ matmul
+
+def _split_scalars(e: Expr):
+    """(scalar factors, array part) of a product."""
+    if e.op != "mul":
+        return [], e
+    sc = [f for f in e.args if f.shape == SCALAR]
+    if not sc:
+        return [], e
+    arr = [f for f in e.args if f.shape != SCALAR]
+    return sc, (arr[0] if len(arr) == 1 else s_mul(*arr))
+
+
+def s_matmul(a: Expr, b: Expr) -> Expr:
+    shape = (a.shape[0], b.shape[1])
+    if is_zero(a) or is_zero(b):
+        return const(0.0, shape)
+    if a.op == "eye":
+        return b
+    if b.op == "eye":
+        return a
+    if a.shape == SCALAR or b.shape == SCALAR:
+        return s_mul(a, b)
+    sa, a2 = _split_scalars(a)
+    sb, b2 = _split_scalars(b)
+    if sa or sb:
+        return s_mul(*sa, *sb, s_matmul(a2, b2))
+    if a.op == "Diag":
+        if b.op == "Diag":
+            return s_func("Diag", s_mul(a.args[0], b.args[0]))
+        if b.shape[1] == 1:  # Diag(h)v = h∘v
+            return s_mul(a.args[0], b)
+    if b.op == "Diag" and a.shape[0] == 1:  # vᵀDiag(h) = (h∘v)ᵀ
+        return s_T(s_mul(b.args[0], s_T(a)))
+    return Expr("matmul", (a, b), None, shape)
+
+
+# ------------------------------------------------------------------ transpose
+
+_T_INVARIANT = ("eye", "Diag")
+
+
+def _tcost(e: Expr) -> int:
+    """How many transposes s_T(e) leaves on top."""
+    if e.op == "T" or e.shape == SCALAR or e.op in _T_INVARIANT or e.op == "const":
+        return 0
+    return 1
+
+
+def s_T(a: Expr) -> Expr:
+    r, c = a.shape
+    if a.op == "T":
+        return a.args[0]
+    if a.shape == SCALAR or a.op in _T_INVARIANT:
+        return a
+    if a.op == "const":
+        return const(a.attr, (c, r))
+    if a.op == "mul":
+        sc, arr = _split_scalars(a)
+        if sc:
+            return s_mul(*sc, s_T(arr))
+    if a.op == "matmul":
+        x, y = a.args
+        if _tcost(x) + _tcost(y) <= 1:
+            return s_matmul(s_T(y), s_T(x))
+    return Expr("T", (a,), None, (c, r))
+
+
+# ------------------------------------------------------------------ the rest
+
+def s_div(a: Expr, b: Expr) -> Expr:
+    shape = ir._broadcast([a.shape, b.shape])
+    if b.op == "const" and b.attr != 0.0:
+        return s_mul(const(1.0 / b.attr), a) if shape == a.shape else s_mul(const(1.0 / b.attr), a, const(1.0, shape))
+    if is_zero(a):
+        return const(0.0, shape)
+    c, core = split_coeff(a)
+    if core is not None and c != 1.0:
+        return s_mul(const(c), s_div(core, b))
+    return Expr("div", (a, b), None, shape)
+
+
+def s_pow(a: Expr, k: Expr) -> Expr:
+    if k.op == "const":
+        if k.attr == 1.0:
+            return a
+        if k.attr == 0.0:
+            return const(1.0, a.shape)
+        if a.op == "const":
+            try:
+                return const(a.attr ** k.attr, a.shape)
+            except (OverflowError, ZeroDivisionError):
+                pass
+    return Expr("pow", (a, k), None, a.shape)
+
+
+def s_frob(a: Expr, b: Expr) -> Expr:
+    if is_zero(a) or is_zero(b):
+        return const(0.0)
+    if a.shape == SCALAR:
+        return s_mul(a, b)
+    if a.op == "const":
+        return s_mul(const(a.attr), s_func("sum", b))
+    if b.op == "const":
+        return s_mul(const(b.attr), s_func("sum", a))
+    return Expr("frob", (a, b), None, SCALAR)
+
+
+_FOLD = {"exp": math.exp, "log": math.log, "sqrt": math.sqrt, "sin": math.sin, "cos": math.cos,
+         "tanh": math.tanh, "abs": abs, "relu": lambda v: max(v, 0.0),
+         "step": lambda v: 1.0 if v > 0 else 0.0,
+         "sign": lambda v: (v > 0) - (v < 0), "sigmoid": lambda v: 1.0 / (1.0 + math.exp(-v)),
+         "softplus": lambda v: math.log1p(math.exp(v))}
+
+
+def s_func(name: str, a: Expr) -> Expr:
+    if a.op == "const" and name in _FOLD:
+        try:
+            return const(_FOLD[name](a.attr), a.shape)
+        except (ValueError, OverflowError):
+            pass
+    if name in ("sum", "tr") and a.shape == SCALAR:
+        return a
+    if name == "tr" and a.op == "T":
+        return s_func("tr", a.args[0])
+    if name == "inv":
+        if a.op == "inv":
+            return a.args[0]
+        if a.op == "eye":
+            return a
+    if name == "diag" and a.op == "Diag":
+        return a.args[0]
+    if name == "log":
+        if a.op == "exp":
+            return a.args[0]
+        if a.op == "add" and len(a.args) == 2:  # log(1 + exp(z)) = softplus(z), stable
+            x, y = a.args
+            if y.op == "const" and y.attr == 1.0 and x.op == "exp":
+                return s_func("softplus", x.args[0])
+            if x.op == "const" and x.attr == 1.0 and y.op == "exp":
+                return s_func("softplus", y.args[0])
+    if name == "sum" and a.op == "mul" and len(a.args) == 2 and a.args[0].shape == a.args[1].shape:
+        return s_frob(*a.args)
+    return ir.func(name, a)
+
+
+def stabilize(e: Expr) -> Expr:
+    """Rewrite the primal where an equal form has a better derivative or better numerics:
+    log(1 + exp(z)) = softplus(z), log(exp(z)) = z, norm2(x)**2 = x:x.  Everything else
+    is kept as the user wrote it, so the derivation reads in the user's terms."""
+    memo: dict = {}
+    for node in ir.walk(e):
+        args = tuple(memo[a] for a in node.args)
+        new = node if args == node.args else Expr(node.op, args, node.attr, node.shape)
+        if new.op == "log":
+            a = new.args[0]
+            if a.op == "exp" or (a.op == "add" and len(a.args) == 2):
+                folded = s_func("log", a)
+                if folded.op != "log":
+                    new = folded
+        elif new.op == "pow" and new.args[0].op == "norm2" and new.args[1].op == "const" \
+                and new.args[1].attr == 2.0:
+            x = new.args[0].args[0]
+            new = ir.frob(x, x)
+        memo[node] = new
+    return memo[e]
