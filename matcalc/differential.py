@@ -155,7 +155,10 @@ def differential(root: ir.Expr, wrt: str):
         if all(x is None for x in d):
             memo[node] = None
             continue
-        memo[node] = jvp_rules[node.op](node, d)
+        dn = jvp_rules[node.op](node, d)
+        if dn is not None and dn.shape != node.shape:  # d(x + β) = dβ 1: keep the broadcast
+            dn = mul(dn, const(1.0, node.shape))
+        memo[node] = dn
         name = RULE_NAMES[node.op]
         if name not in used:
             used.append(name)

@@ -105,15 +105,18 @@ def s_add(*terms: Expr) -> Expr:
     if not items:
         return const(total, shape)
     full = any(core.shape == shape for core, _ in items)
-    # positive terms first, then negative ones, the constant last: I - inv(S).T
+    # positive terms first, then negative ones, a constant last in its group: I - inv(S).T,
+    # p - 1, 1 - tanh(z)**2
     items.sort(key=lambda it: it[1] < 0)
-    out = [scale(c, core) for core, c in items]
-    if len(out) + (total != 0.0) > 1:
+    if len(items) + (total != 0.0) > 1:
         factored = _factor(items, total, shape)
         if factored is not None:
             return factored
+    out = [scale(c, core) for core, c in items]
     if total != 0.0:
-        out.append(const(total, SCALAR if full else shape))
+        k = const(total, SCALAR if full else shape)
+        npos = sum(c > 0 for _, c in items)
+        out.insert(npos if total > 0 else len(out), k)
     if len(out) == 1:
         return out[0]
     return Expr("add", tuple(out), None, shape)
@@ -173,12 +176,24 @@ def s_mul(*fs: Expr) -> Expr:
         flat.extend(f.args if f.op == "mul" else [f])
     shape = ir._broadcast([f.shape for f in flat])
     c = 1.0
-    rest = []
+    rest, denominators = [], []
     for f in flat:
         if f.op == "const":
             c *= f.attr
+        elif f.op == "div":  # a∘(b⊘d) = (a∘b)⊘d: one division per product
+            n0, d0 = f.args
+            if n0.op == "const" and n0.shape == SCALAR:
+                c *= n0.attr
+            else:
+                rest.extend(factors(n0))
+            denominators.append(d0)
         else:
             rest.append(f)
+    if denominators and c != 0.0:
+        num = s_mul(*rest) if rest else const(1.0)
+        q = _div_node(num, s_mul(*denominators), shape)
+        return q if c == 1.0 else Expr("mul", (const(c), q), None, shape)
+    rest = _collect_powers(rest)
     if c == 0.0 or not rest:
         return const(c, shape)
     reach = ir._broadcast([f.shape for f in rest])
@@ -271,10 +286,35 @@ def s_div(a: Expr, b: Expr) -> Expr:
         return s_mul(const(1.0 / b.attr), a) if shape == a.shape else s_mul(const(1.0 / b.attr), a, const(1.0, shape))
     if is_zero(a):
         return const(0.0, shape)
-    c, core = split_coeff(a)
-    if core is not None and c != 1.0:
-        return s_mul(const(c), s_div(core, b))
-    return Expr("div", (a, b), None, shape)
+    if b.op == "div":  # a⊘(b⊘d) = (a∘d)⊘b
+        return s_div(s_mul(a, b.args[1]), b.args[0])
+    # a⊘b as a product, so that numbers and nested divisions gather in one place
+    return s_mul(a, _div_node(const(1.0), b, b.shape))
+
+
+def _div_node(num: Expr, den: Expr, shape) -> Expr:
+    """num⊘den with num free of numeric factors (they stay outside, in the product)."""
+    if num.op == "div":
+        num, den = num.args[0], s_mul(num.args[1], den)
+    if ir._broadcast([num.shape, den.shape]) != shape:  # keep the shape: alpha*1/beta
+        num = s_mul(num, const(1.0, shape))
+    if den.op == "const" and den.attr != 0.0:
+        return s_mul(const(1.0 / den.attr), num, const(1.0, shape)) if num.shape != shape \
+            else s_mul(const(1.0 / den.attr), num)
+    return Expr("div", (num, den), None, ir._broadcast([num.shape, den.shape, shape]))
+
+
+def _collect_powers(fs):
+    """x∘x = x**2, x**a∘x = x**(a + 1) with constant exponents."""
+    if len(fs) < 2:
+        return fs
+    exps: dict = {}
+    for f in fs:
+        base, k = (f.args[0], f.args[1].attr) if (f.op == "pow" and f.args[1].op == "const") else (f, 1.0)
+        exps[base] = exps.get(base, 0.0) + k
+    if len(exps) == len(fs):
+        return fs
+    return [s_pow(b, const(k)) for b, k in exps.items()]
 
 
 def s_pow(a: Expr, k: Expr) -> Expr:
@@ -355,6 +395,9 @@ def stabilize(e: Expr) -> Expr:
                 folded = s_func("log", a)
                 if folded.op != "log":
                     new = folded
+            elif a.op == "softmax":  # log softmax(x) = x - logsumexp(x)
+                x = a.args[0]
+                new = ir.add(x, ir.neg(ir.func("logsumexp", x)))
         elif new.op == "pow" and new.args[0].op == "norm2" and new.args[1].op == "const" \
                 and new.args[1].attr == 2.0:
             x = new.args[0].args[0]
