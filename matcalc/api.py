@@ -239,7 +239,7 @@ def _typed(expr, shapes):
     ast = parse(expr)
     typed = typecheck(ast, expr, shapes)
     if typed.expr.shape != ir.SCALAR:
-        raise ShapeError(f"λ must be a scalar, but the expression is {ir.fmt_shape(typed.expr.shape)} "
+        raise ShapeError(f"λ must be a scalar, but the expression is {ir.describe(typed.expr.shape)} "
                          "(sum(...) or G:(...) make a scalar)", expr, 0, len(expr.rstrip()))
     return typed
 
@@ -249,7 +249,7 @@ def _derive_one(expr, typed, wrt) -> Derivation:
         raise DeriveError(f"wrt must be a symbol name, got {wrt!r}")
     if wrt not in typed.symbols:
         names = list(typed.symbols)
-        close = difflib.get_close_matches(wrt, names, n=1)
+        close = [n for n in names if n.lower() == wrt.lower()] or difflib.get_close_matches(wrt, names, n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""
         raise DeriveError(f"{wrt!r} does not occur in the expression{hint}; its symbols are "
                           + ", ".join(names))

@@ -90,6 +90,12 @@ def fmt_shape(shape) -> str:
     return f"{r}×{c}"
 
 
+def describe(shape) -> str:
+    """For 'x is …': a scalar, a length-n vector, a 1×n row vector, of shape m×n."""
+    text = fmt_shape(shape)
+    return "of shape " + text if "×" in text and "row" not in text else "a " + text
+
+
 class ShapeMismatch(Exception):
     """Internal: a constructor was given ill-shaped arguments (a bug, not user input)."""
 

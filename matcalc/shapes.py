@@ -159,6 +159,10 @@ class _Typer:
         r, c = (self.find(d) for d in shape)
         return ir.fmt_shape((r, c))
 
+    def describe(self, shape) -> str:
+        r, c = (self.find(d) for d in shape)
+        return ir.describe((r, c))
+
     def text(self, node: Node) -> str:
         return self.source[node.start:node.end]
 
@@ -231,7 +235,7 @@ class _Typer:
         if k == "pow":
             if kid[1] != (1, 1):
                 self.fail(n.children[1], f"the exponent {self.text(n.children[1])} must be a scalar, "
-                                         f"it is {self.show(kid[1])}")
+                                         f"it is {self.describe(kid[1])}")
             return kid[0]
         if k == "call":
             return self.call(n, kid)
@@ -261,7 +265,7 @@ class _Typer:
             return (1, 1)
         if not self.unify_all((sa[0], sb[0]), (sa[1], sb[1])):
             self.fail(n, f"the Frobenius product {self.text(n)} needs equal shapes, but "
-                         f"{self.text(a)} is {self.show(sa)} and {self.text(b)} is {self.show(sb)}")
+                         f"{self.text(a)} is {self.describe(sa)} and {self.text(b)} is {self.describe(sb)}")
         return (1, 1)
 
     def matmul(self, n, kid):
@@ -278,7 +282,7 @@ class _Typer:
             # x@y of two column vectors: the inner product x.T@y, as NumPy does
             if not self.unify(ra, rb):
                 self.fail(n, f"cannot take the inner product {self.text(n)}: {self.text(a)} is "
-                             f"{self.show(sa)} and {self.text(b)} is {self.show(sb)}")
+                             f"{self.describe(sa)} and {self.text(b)} is {self.describe(sb)}")
             self.special[id(n)] = "inner"
             return (1, 1)
         if not self.unify(ca, rb):
@@ -300,7 +304,7 @@ class _Typer:
             self.fail(n, f"{n.value} takes one argument, got {len(n.children)}")
         (arg,), (s,) = n.children, kid
         r, c = s
-        what = f"{self.text(arg)} is {self.show(s)}"
+        what = f"{self.text(arg)} is {self.describe(s)}"
         if name in ir.ELEMENTWISE_OPS:
             return s
         if name in ("sum", "norm2", "norm1", "logsumexp"):

@@ -1,0 +1,124 @@
+"""Bad input: matcalc's own exception (API) or exit status 2 (CLI), a message that names the
+sub-expression and the shapes, a caret under the column, never a traceback."""
+import subprocess
+import sys
+
+import pytest
+
+import matcalc
+from matcalc import DeriveError, MatcalcError, ParseError, ShapeError
+
+# (expression, wrt, exception class, words the message must contain, column of the caret)
+REFUSED = [
+    ("W +", "W", ParseError, ["ends too early"], 4),
+    ("(W@x", "W", ParseError, ["ends too early"], 5),
+    ("W@x)", "W", ParseError, ["')'", "unbalanced"], 4),
+    ("foo(x)", "x", ParseError, ["unknown function foo"], 1),
+    ("exq(x):1", "x", ParseError, ["did you mean exp"], 1),
+    ("W[0]", "W", ParseError, ["'['"], 2),
+    ("x = y", "x", ParseError, ["'='", "equation"], 3),
+    ("W x", "W", ParseError, ["operator is missing"], 3),
+    ("x $ y", "x", ParseError, ["'$'"], 3),
+    ("", "x", ParseError, ["empty"], 1),
+    ("sum(W + x)", "W", ShapeError, ["W + x", "a×b", "length-c vector"], 5),
+    ("sum(A@B)", "A", None, [], None),  # fine: A@B is a matrix, summed
+    ("x:y.T", "x", ShapeError, ["x:y.T", "length-a vector", "1×b row vector"], 1),
+    ("det(x)", "x", ShapeError, ["det needs a square matrix", "x is a length-a vector"], 1),
+    ("W@x", "W", ShapeError, ["must be a scalar", "length-a vector"], 1),
+    ("x.T@W@y + sum(x@W)", "W", ShapeError, ["x@W", "inner dimensions"], 15),
+    ("2**W", "W", ShapeError, ["exponent W", "a×b"], 4),
+    ("exp(W, x):1", "W", ShapeError, ["one argument"], 1),
+    ("sum(alpha@W)", "W", ShapeError, ["alpha@W", "scalar", "use *"], 5),
+    ("tr(I)", "I", ShapeError, ["size of I"], 4),
+    ("sum(diag(x))", "x", ShapeError, ["diag needs a square matrix", "Diag(v)"], 5),
+    ("sum(Diag(X))", "X", ShapeError, ["Diag needs a column vector"], 5),
+    ("A:B", "Q", DeriveError, ["'Q' does not occur", "A, B"], None),
+    ("A:B", "a", DeriveError, ["does not occur", "did you mean A"], None),
+]
+
+
+@pytest.mark.parametrize("expr,wrt,exc,words,col", REFUSED, ids=[r[0] or "<empty>" for r in REFUSED])
+def test_api_refusal(expr, wrt, exc, words, col):
+    if exc is None:
+        assert matcalc.derive(expr, wrt=wrt).check().ok
+        return
+    with pytest.raises(exc) as info:
+        matcalc.derive(expr, wrt=wrt)
+    err = info.value
+    assert isinstance(err, MatcalcError)
+    msg = str(err)
+    for w in words:
+        assert w in msg, msg
+    if col is not None:
+        assert err.column == col
+        lines = msg.splitlines()
+        assert lines[-1].index("^") == 2 + col - 1, msg  # the caret sits under the column
+
+
+def test_declared_shapes_that_contradict_usage():
+    with pytest.raises(ShapeError) as info:
+        matcalc.derive("x.T@W@y", wrt="W", shapes={"W": ("a", "b"), "x": ("c",), "y": ("b",)})
+    assert "x.T@W" in str(info.value) and "inner dimensions" in str(info.value)
+    with pytest.raises(ShapeError):
+        matcalc.derive("A:B", wrt="A", shapes={"A": ("n", 3), "B": ("n", 4)})
+    with pytest.raises(ShapeError):
+        matcalc.derive("A:B", wrt="A", shapes={"A": ("n", "m", "k")})
+    with pytest.raises(ShapeError):
+        matcalc.derive("A:B", wrt="A", shapes={"A": ("n", 0)})
+
+
+def test_wrt_must_be_given():
+    with pytest.raises(DeriveError):
+        matcalc.derive("A:B", wrt=[])
+    with pytest.raises(DeriveError):
+        matcalc.derive("A:B", wrt=3)
+
+
+def test_function_rejects_inputs_of_the_wrong_shape():
+    d = matcalc.derive("G:(X@W)", wrt="X")
+    import numpy as np
+
+    with pytest.raises(ShapeError):
+        d.function(G=np.ones((2, 4)), X=np.ones((2, 3)), W=np.ones((5, 4)))
+    with pytest.raises(TypeError):
+        d.function(G=np.ones((2, 4)), X=np.ones((2, 3)))
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "matcalc", *args], capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("args", [
+    ["derive", "W + x", "--wrt", "W"],
+    ["derive", "W +", "--wrt", "W"],
+    ["derive", "foo(x)", "--wrt", "x"],
+    ["derive", "A:B", "--wrt", "Q"],
+    ["derive", "A:B", "--wrt", "A", "--shape", "A"],
+    ["derive", "A:B", "--wrt", "A", "--shape", "A=n,m,k"],
+    ["derive", "A:B"],
+    ["derive", "(" * 600 + "x" + ")" * 600 + ":1", "--wrt", "x"],
+    ["derive", "x" + "+x" * 3000 + ":1", "--wrt", "x"],
+])
+def test_cli_refusal_exits_2_without_traceback(args):
+    r = _cli(*args)
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr
+    assert r.stderr.strip()
+
+
+def test_cli_caret_under_the_column():
+    r = _cli("derive", "sum(W + x)", "--wrt", "W")
+    assert r.returncode == 2
+    lines = r.stderr.rstrip("\n").splitlines()
+    assert "W + x" in lines[0] and "column 5" in lines[0]
+    assert lines[-2].strip() == "sum(W + x)"
+    assert lines[-1].index("^") == lines[-2].index("W")
+
+
+def test_cli_help_and_version():
+    r = _cli("--help")
+    assert r.returncode == 0 and "derive" in r.stdout
+    r = _cli("derive", "--help")
+    assert r.returncode == 0 and "--wrt" in r.stdout and "--check" in r.stdout
+    r = _cli("--version")
+    assert r.returncode == 0 and matcalc.__version__ in r.stdout
