@@ -22,30 +22,30 @@ from .simplify import simplify
 @dataclass(frozen=True)
 class Identity:
     key: str
-    text: str  # as the step log prints it
+    text: str   # as the step log prints it
+    latex: str  # as the LaTeX derivation prints it
+    minor: bool = False  # bookkeeping a paper does silently: merged into one line
 
 
 IDENTITIES = {i.key: i for i in [
-    Identity("differential", "differential"),
-    Identity("frob_comm", "A:B = B:A"),
-    Identity("frob_transpose", "A:Bᵀ = Aᵀ:B"),
-    Identity("frob_matmul_right", "A:BC = ACᵀ:B"),
-    Identity("frob_matmul_left", "A:BC = BᵀA:C"),
-    Identity("frob_hadamard", "A:(B∘C) = (A∘B):C"),
-    Identity("frob_scalar", "A:(βB) = (βA):B"),
-    Identity("frob_div", "A:(B⊘C) = (A⊘C):B"),
-    Identity("frob_linear", "A:(B + C) = A:B + A:C"),
-    Identity("frob_broadcast", "A:(β1) = sum(A) β"),
-    Identity("frob_of_frob", "γ(A:B) = (γA):B"),
-    Identity("frob_sum", "γ sum(B) = (γ1):B"),
-    Identity("frob_trace", "γ tr(B) = (γI):B"),
-    Identity("frob_diag", "a:diag(B) = Diag(a):B"),
-    Identity("frob_Diag", "A:Diag(b) = diag(A):b"),
-    Identity("hadamard_diag", "h∘v = Diag(h)v"),
-    Identity("hadamard_one", "A∘1 = A"),
-    Identity("collect", "collect like terms"),
-    Identity("simplify", "simplify"),
-    Identity("canonical", "read off G"),
+    Identity("frob_comm", "A:B = B:A", r"A:B = B:A", True),
+    Identity("frob_transpose", "A:Bᵀ = Aᵀ:B", r"A:B^{\top} = A^{\top}:B", True),
+    Identity("frob_matmul_right", "A:BC = ACᵀ:B", r"A:BC = AC^{\top}:B"),
+    Identity("frob_matmul_left", "A:BC = BᵀA:C", r"A:BC = B^{\top}A:C"),
+    Identity("frob_hadamard", "A:(B∘C) = (A∘B):C", r"A:(B\circ C) = (A\circ B):C"),
+    Identity("frob_scalar", "A:(βB) = (βA):B", r"A:(\beta B) = (\beta A):B", True),
+    Identity("frob_div", "A:(B⊘C) = (A⊘C):B", r"A:(B\oslash C) = (A\oslash C):B"),
+    Identity("frob_linear", "A:(B + C) = A:B + A:C", r"A:(B + C) = A:B + A:C", True),
+    Identity("frob_broadcast", "A:(β1) = sum(A) β", r"A:(\beta\mathbf{1}) = \operatorname{sum}(A)\,\beta"),
+    Identity("frob_of_frob", "γ(A:B) = (γA):B", r"\gamma(A:B) = (\gamma A):B", True),
+    Identity("frob_sum", "γ sum(B) = (γ1):B", r"\gamma\operatorname{sum}(B) = (\gamma\mathbf{1}):B"),
+    Identity("frob_trace", "γ tr(B) = (γI):B", r"\gamma\operatorname{tr}(B) = (\gamma I):B"),
+    Identity("frob_diag", "a:diag(B) = Diag(a):B", r"a:\operatorname{diag}(B) = \operatorname{Diag}(a):B"),
+    Identity("frob_Diag", "A:Diag(b) = diag(A):b", r"A:\operatorname{Diag}(b) = \operatorname{diag}(A):b"),
+    Identity("hadamard_diag", "h∘v = Diag(h)v", r"h\circ v = \operatorname{Diag}(h)v"),
+    Identity("hadamard_one", "A∘1 = A", r"A\circ\mathbf{1} = A"),
+    Identity("collect", "collect like terms", r"\text{collect like terms}"),
+    Identity("canonical", "read off G", r"\text{read off } G"),
 ]}
 
 
@@ -88,11 +88,15 @@ transpose_rules: dict[str, Callable] = {
 
 @dataclass(frozen=True)
 class Step:
-    """One line of the derivation: ``dλ = before`` becomes ``dλ = after`` by ``identity``."""
+    """One line of the derivation: ``dλ = before`` becomes ``dλ = after`` by ``identity``.
+    ``expanded`` holds the named nodes written out in full from this step on."""
 
     before: Expr
     after: Expr
     identity: str
+    expanded: frozenset = frozenset()
+    identity_latex: str = ""
+    minor: bool = False
 
     @property
     def text(self) -> str:
@@ -115,8 +119,28 @@ def _state(cot: dict) -> Expr:
     return ir.add(*terms) if terms else const(0.0)
 
 
-def pullback(dlam: Expr | None, dW: Expr | None, record: bool = True):
-    """Returns (G, steps).  ``G`` has the shape of W."""
+def pullback(dlam: Expr | None, dW: Expr | None, record: bool = True, names: dict | None = None):
+    """Returns (G, steps).  ``G`` has the shape of W.  ``names`` (node -> printed name) lets
+    the log say when a named quantity such as dz is written out (dz = dW@x)."""
+    from .printing import to_text
+
+    from .printing import to_latex
+
+    names = names or {}
+    expanded: frozenset = frozenset()
+
+    def record_step(before, after, identity: Identity | None, text="", latex="", hidden=frozenset()):
+        if identity is not None:
+            text, latex = identity.text, identity.latex
+        minor = identity is not None and identity.minor
+        if minor and steps and steps[-1].minor:  # one line for a run of bookkeeping steps
+            prev = steps.pop()
+            if text not in prev.identity.split("; "):
+                text, latex = prev.identity + "; " + text, prev.identity_latex + ";\\ " + latex
+            else:
+                text, latex = prev.identity, prev.identity_latex
+            before = prev.before
+        steps.append(Step(before, after, text, hidden, latex, minor))
     steps: list[Step] = []
     if dlam is None or dW is None:
         shape = dW.shape if dW is not None else SCALAR
@@ -139,13 +163,22 @@ def pullback(dlam: Expr | None, dW: Expr | None, record: bool = True):
             cot[node] = c
             after = _state(cot)
             if after is not current:
-                steps.append(Step(current, after, IDENTITIES["collect"].text))
+                record_step(current, after, IDENTITIES["collect"], hidden=expanded)
                 current = after
         if node is dW:
             break
-        del cot[node]
         if c.op == "const" and c.attr == 0.0:
+            del cot[node]
             continue
+        if record and node in names and node not in expanded:
+            shown = {k: v for k, v in names.items() if k not in expanded and k is not node}
+            label = names[node]
+            label = "d" + label[2:] if label.startswith("d:") else label
+            expanded = expanded | {node}
+            tex_label = to_latex(node, {node: names[node]})
+            record_step(current, current, None, f"{label} = {to_text(node, shown)}",
+                        f"{tex_label} = {to_latex(node, shown)}", expanded)
+        del cot[node]
         lin = tuple(a in linear for a in node.args)
         contributions, key = transpose_rules[node.op](node, c, lin)
         for i, contrib in contributions:
@@ -159,7 +192,7 @@ def pullback(dlam: Expr | None, dW: Expr | None, record: bool = True):
         if record:
             after = _state(cot)
             if after is not current:
-                steps.append(Step(current, after, IDENTITIES[key].text))
+                record_step(current, after, IDENTITIES[key], hidden=expanded)
                 current = after
     G = simplify(cot.get(dW, const(0.0, dW.shape)))
     if G.shape != dW.shape:  # a scalar coefficient of an array variable: broadcast it
@@ -167,5 +200,5 @@ def pullback(dlam: Expr | None, dW: Expr | None, record: bool = True):
     if record:
         final = term(G, dW)
         if final is not current:
-            steps.append(Step(current, final, IDENTITIES["canonical"].text))
+            record_step(current, final, IDENTITIES["canonical"], hidden=expanded)
     return G, steps

@@ -9,7 +9,8 @@ from .adjoint import Step, pullback
 from .differential import differential
 from .errors import DeriveError, MatcalcError, ShapeError
 from .parse import parse
-from .printing import to_latex, to_text
+from .naming import auto_names, definitions_in_order
+from .printing import tex_name, to_latex, to_text
 from .shapes import typecheck
 from .simplify import stabilize
 
@@ -71,7 +72,7 @@ class Derivation:
     """∂λ/∂W for one W: the gradient G with dλ = G : dW, its shape, the steps that led
     there, NumPy code and a numerical check."""
 
-    def __init__(self, source, typed, primal, wrt, G, steps, rules):
+    def __init__(self, source, typed, primal, wrt, G, steps, rules, user_names, names):
         self.expr = source
         self.wrt = wrt
         self.lam = primal
@@ -81,15 +82,62 @@ class Derivation:
         self.user_shapes = typed.user_shapes
         self.symbols = typed.symbols
         self.shape = typed.user_shapes[wrt]
+        self._user_names = user_names   # node -> name, from definitions=
+        taken = set(typed.symbols) | set(user_names.values())
+        extra = auto_names([G], taken | set(names.values()), names)
+        self._names = {**names, **extra}  # user and automatic names, and d-names (d:z)
 
     # ---- the answer
     @cached_property
     def text(self) -> str:
-        return to_text(self.gradient)
+        """G in matcalc syntax (using the names of ``definitions=``, if any)."""
+        return to_text(self.gradient, self._user_names)
 
     @cached_property
     def latex(self) -> str:
-        return to_latex(self.gradient)
+        return to_latex(self.gradient, self._user_names)
+
+    @property
+    def definitions(self) -> dict:
+        """The named quantities the short form and the steps use: name -> text."""
+        prim = {n: v for n, v in self._names.items() if not v.startswith("d:")}
+        out = {}
+        for name, node in definitions_in_order(prim):
+            shown = {k: v for k, v in prim.items() if k is not node}
+            out[name] = to_text(node, shown)
+        return out
+
+    @cached_property
+    def short_text(self) -> str:
+        """G written with the short names of ``definitions`` (z, p, h, …)."""
+        return to_text(self.gradient, self._printed_names())
+
+    @cached_property
+    def short_latex(self) -> str:
+        return to_latex(self.gradient, self._printed_names())
+
+    def _printed_names(self, hidden=frozenset()):
+        return {k: v for k, v in self._names.items() if k not in hidden}
+
+    def layout(self, convention: str = "denominator"):
+        """(text, shape) of ∂λ/∂W in a layout convention: ``denominator`` (the gradient, W's
+        shape, the default) or ``numerator`` (its transpose: a row for a vector W)."""
+        if convention == "denominator":
+            return self.text, self.shape
+        if convention != "numerator":
+            raise DeriveError(f"layout must be 'numerator' or 'denominator', not {convention!r}")
+        from .simplify import s_T
+
+        GT = s_T(self.gradient)
+        shape = self.shape[::-1] if len(self.shape) == 2 else ((1,) + self.shape if self.shape else ())
+        return to_text(GT, self._user_names), shape
+
+    @property
+    def shape_reason(self) -> str:
+        if not self.shape:
+            return f"λ and {self.wrt} are scalars, so ∂λ/∂{self.wrt} is a scalar"
+        return (f"λ is a scalar, so ∂λ/∂{self.wrt} has the shape of {self.wrt}: "
+                f"dλ = G:d{self.wrt} needs G and d{self.wrt} of one shape")
 
     @property
     def shape_text(self) -> str:
@@ -102,29 +150,51 @@ class Derivation:
         return f"∂λ/∂{self.wrt} = {self.text}\nshape: {self.shape_text} (the shape of {self.wrt})"
 
     def _repr_latex_(self):
-        from .printing import tex_name
-
         return (f"$\\frac{{\\partial \\lambda}}{{\\partial {tex_name(self.wrt)}}} = {self.latex}"
                 f"\\quad \\text{{shape }} {shape_tex(self.shape)}$")
 
     # ---- the derivation
     def derivation_lines(self) -> list[str]:
-        lines = [f"λ = {to_text(self.lam)}"]
-        first = True
-        for st in self.steps:
-            prefix = "dλ = " if first else "   = "
-            lines.append(f"{prefix}{to_text(st.after)}    [{st.identity}]")
-            first = False
-        lines.append(f"∂λ/∂{self.wrt} = {self.text}    shape {self.shape_text}, the shape of {self.wrt}")
+        """The derivation as a student writes it, one line per step."""
+        names = self._names
+        lines = [f"λ = {to_text(self.lam, self._prim_names())}"]
+        if self.definitions:
+            lines.append("where " + ", ".join(f"{k} = {v}" for k, v in self.definitions.items()))
+        for i, st in enumerate(self.steps):
+            prefix = "dλ = " if i == 0 else "   = "
+            shown = {k: v for k, v in names.items() if k not in st.expanded}
+            lines.append(f"{prefix}{to_text(st.after, shown)}    [{st.identity}]")
+        if not self.steps:
+            lines.append("dλ = 0    [λ does not change with " + self.wrt + "]")
+        lines.append(f"∂λ/∂{self.wrt} = {self.short_text}")
+        lines.append(f"shape {self.shape_text}: {self.shape_reason}")
         return lines
+
+    def _prim_names(self):
+        return {k: v for k, v in self._names.items() if not v.startswith("d:")}
 
     @cached_property
     def steps_latex(self) -> str:
-        rows = []
+        """The whole derivation as one LaTeX ``aligned`` block, identities as \\text{}."""
+        rows = [f"\\lambda &= {to_latex(self.lam, self._prim_names())}"]
+        for name, text in self.definitions.items():
+            node = next(k for k, v in self._names.items() if v == name)
+            shown = {k: v for k, v in self._prim_names().items() if k is not node}
+            rows.append(f"{tex_name(name)} &= {to_latex(node, shown)}")
         for i, st in enumerate(self.steps):
             lhs = "\\mathrm{d}\\lambda &= " if i == 0 else "&= "
-            rows.append(f"{lhs}{to_latex(st.after)} && \\text{{{_tex_escape(st.identity)}}}")
+            shown = {k: v for k, v in self._names.items() if k not in st.expanded}
+            note = st.identity_latex or f"\\text{{{_tex_escape(st.identity)}}}"
+            rows.append(f"{lhs}{to_latex(st.after, shown)} && {note}")
+        rows.append(f"\\frac{{\\partial \\lambda}}{{\\partial {tex_name(self.wrt)}}} &= {self.short_latex}"
+                    f" && \\text{{shape }} {shape_tex(self.shape)}")
         return "\\begin{aligned}\n" + " \\\\\n".join(rows) + "\n\\end{aligned}"
+
+    def _repr_markdown_(self):
+        head = (f"$$\\frac{{\\partial \\lambda}}{{\\partial {tex_name(self.wrt)}}} = {self.latex}"
+                f"\\qquad \\text{{shape }} {shape_tex(self.shape)}$$")
+        return (head + "\n\n<details><summary>derivation</summary>\n\n$$" + self.steps_latex
+                + "$$\n\n</details>\n")
 
     # ---- code
     @cached_property
@@ -220,24 +290,33 @@ def shape_str(shape) -> str:
 def shape_tex(shape) -> str:
     if len(shape) == 0:
         return "\\text{scalar}"
-    return "\\times".join(str(d) for d in shape)
+    return " \\times ".join(str(d) for d in shape)
 
 
-def derive(expr: str, wrt, shapes: dict | None = None):
+def derive(expr: str, wrt, shapes: dict | None = None, definitions: dict | None = None,
+           where: dict | None = None):
     """Differentiate the scalar ``expr`` with respect to ``wrt`` (a name or a list of names).
 
+    ``shapes`` declares shapes (``{"W": ("a", "b"), "alpha": ()}``); ``definitions`` (or
+    ``where``) names intermediate quantities (``{"l": "W@x+c", "p": "exp(l)"}``), which
+    ``expr`` may use and which the result and the steps are written with.
     Returns a Derivation, or a dict name -> Derivation when ``wrt`` is a list."""
+    if definitions is not None and where is not None:
+        raise DeriveError("give definitions= or where=, not both")
+    definitions = definitions if definitions is not None else where
     if isinstance(wrt, (list, tuple)):
         if not wrt:
             raise DeriveError("wrt is empty: name at least one symbol")
-        typed = _typed(expr, shapes)
+        typed = _typed(expr, shapes, definitions)
         return {w: _derive_one(expr, typed, w) for w in wrt}
-    return _derive_one(expr, _typed(expr, shapes), wrt)
+    return _derive_one(expr, _typed(expr, shapes, definitions), wrt)
 
 
-def _typed(expr, shapes):
+def _typed(expr, shapes, definitions=None):
+    if definitions is not None and not isinstance(definitions, dict):
+        raise DeriveError("definitions must be a dict name -> expression text")
     ast = parse(expr)
-    typed = typecheck(ast, expr, shapes)
+    typed = typecheck(ast, expr, shapes, definitions)
     if typed.expr.shape != ir.SCALAR:
         raise ShapeError(f"λ must be a scalar, but the expression is {ir.describe(typed.expr.shape)} "
                          "(sum(...) or G:(...) make a scalar)", expr, 0, len(expr.rstrip()))
@@ -254,13 +333,21 @@ def _derive_one(expr, typed, wrt) -> Derivation:
         raise DeriveError(f"{wrt!r} does not occur in the expression{hint}; its symbols are "
                           + ", ".join(names))
     primal = stabilize(typed.expr)
-    dlam, rules = differential(primal, wrt)
+    user_names = {node: name for name, node in (typed.definitions or {}).items()}
+    names = dict(user_names)
+    names.update(auto_names([primal], set(typed.symbols) | set(user_names.values()), user_names))
+    dlam, rules, dmemo = differential(primal, wrt)
+    for node, name in list(names.items()):
+        dn = dmemo.get(node)
+        if dn is not None and dn.op != "delta" and dn not in names:
+            names[dn] = "d:" + name
     dW = ir.delta(wrt, typed.symbols[wrt].shape)
-    G, steps = pullback(dlam, dW)
+    G, steps = pullback(dlam, dW, names=names)
     if dlam is not None:
         d_of = ir.Expr("d", (primal,), None, ir.SCALAR)
-        steps.insert(0, Step(d_of, dlam, "differential: " + "; ".join(rules)))
-    return Derivation(expr, typed, primal, wrt, G, steps, rules)
+        steps.insert(0, Step(d_of, dlam, "differential: " + "; ".join(rules), frozenset(),
+                             "\\text{differential}"))
+    return Derivation(expr, typed, primal, wrt, G, steps, rules, user_names, names)
 
 
 __all__ = ["derive", "Derivation", "GradientFunction", "MatcalcError"]

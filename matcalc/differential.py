@@ -136,7 +136,8 @@ for _op in ELEMENTWISE:
 
 
 def differential(root: ir.Expr, wrt: str):
-    """dλ for the symbol ``wrt``: returns (dλ or None, the rule names used, in order)."""
+    """dλ for the symbol ``wrt``: returns (dλ or None, the rule names used in order, and
+    the differential of every node, node -> dnode or None)."""
     dW = None
     memo: dict = {}
     used: list = []
@@ -162,4 +163,4 @@ def differential(root: ir.Expr, wrt: str):
         name = RULE_NAMES[node.op]
         if name not in used:
             used.append(name)
-    return memo[root], used
+    return memo[root], used, memo

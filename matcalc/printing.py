@@ -53,7 +53,8 @@ class TextPrinter:
 
     def visit(self, e: Expr):
         if e in self.names:
-            return self.names[e], ATOM
+            name = self.names[e]
+            return ("d" + name[2:] if name.startswith("d:") else name), ATOM
         op = e.op
         if op == "sym":
             return e.attr, ATOM
@@ -162,7 +163,10 @@ class LatexPrinter(TextPrinter):
 
     def visit(self, e: Expr):
         if e in self.names:
-            return tex_name(self.names[e]), ATOM
+            name = self.names[e]
+            if name.startswith("d:"):
+                return "\\mathrm{d}" + tex_name(name[2:]), ATOM
+            return tex_name(name), ATOM
         op = e.op
         if op == "sym":
             return tex_name(e.attr), ATOM

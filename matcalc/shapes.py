@@ -103,6 +103,7 @@ class Typed:
     symbols: dict                 # name -> ir.Expr (sym node) in order of appearance
     user_shapes: dict             # name -> () / (n,) / (m, n) in the user's dims
     source: str
+    definitions: dict = None      # defined name -> ir.Expr of its value
 
 
 class _Typer:
@@ -218,6 +219,8 @@ class _Typer:
                 v = self.fresh()
                 self.eyes.append((n, v))
                 return (v, v)
+            if n.value in self.def_ast:
+                return self.shape[id(self.def_ast[n.value])]
             return self.symbol(n)
         if k == "neg":
             return kid[0]
@@ -371,6 +374,8 @@ class _Typer:
         if k == "name":
             if n.value in IDENTITY_NAMES:
                 return ir.eye(rs[0])
+            if n.value in self.def_ir:
+                return self.def_ir[n.value]
             return self.syms[n.value]
         if k == "neg":
             return ir.neg(args[0])
@@ -396,9 +401,33 @@ class _Typer:
         raise AssertionError(k)  # pragma: no cover
 
 
-def typecheck(ast: Node, source: str, declared: dict | None = None) -> Typed:
+def typecheck(ast: Node, source: str, declared: dict | None = None,
+              definitions: dict | None = None) -> Typed:
+    """Type ``ast``; ``definitions`` maps names to the text of their values, each may use
+    the ones before it (``{"l": "W@x+c", "p": "exp(l)"}``)."""
+    from .parse import parse
+
     t = _Typer(source, declared or {})
+    t.def_ast, t.def_ir = {}, {}
+    parsed = []
+    for name, text in (definitions or {}).items():
+        if not isinstance(name, str) or not _DIM_RE.match(name) or name in IDENTITY_NAMES:
+            raise ShapeError(f"cannot define {name!r}: a definition needs a plain name (not I or eye)")
+        if name in FUNCTIONS:
+            raise ShapeError(f"cannot define {name!r}: it is a function name")
+        if name in (declared or {}):
+            raise ShapeError(f"{name} is both declared as a symbol and defined as {text!r}")
+        d_ast = parse(text)
+        t.source = text
+        t.type(d_ast)  # its own text, for carets in its errors
+        t.def_ast[name] = d_ast
+        parsed.append((name, d_ast, text))
+    t.source = source
     t.type(ast)
     user_shapes, syms = t.finish()
+    for name, d_ast, text in parsed:
+        t.source = text
+        t.def_ir[name] = t.build(d_ast)
+    t.source = source
     expr = t.build(ast)
-    return Typed(expr, syms, user_shapes, source)
+    return Typed(expr, syms, user_shapes, source, dict(t.def_ir))

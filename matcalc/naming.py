@@ -1,0 +1,66 @@
+"""Short names for the quantities a derivation keeps mentioning, as a paper does:
+z = W@x + c (a pre-activation), p = exp(z), h = step(z), …
+
+``auto_names`` picks them for the arguments and values of elementwise functions that
+occur in the result; user definitions always win and keep their own names."""
+from __future__ import annotations
+
+from . import ir
+from .ir import Expr
+
+# the letter a value gets, by the function that made it
+LETTERS = {"exp": "p", "step": "h", "relu": "r", "sigmoid": "s", "tanh": "t", "softmax": "s",
+           "softplus": "q", "log": "g", "sqrt": "q", "sin": "u", "cos": "u", "abs": "u", "sign": "u"}
+PRE_ACTIVATION = "z"
+
+
+def _compound(e: Expr) -> bool:
+    return bool(e.args) and e.op != "T" and not (e.op == "mul" and len(e.args) == 2
+                                                   and e.args[0].op == "const" and not e.args[1].args)
+
+
+def auto_names(roots, taken: set, existing: dict) -> dict:
+    """node -> name for the notable subexpressions of ``roots`` (a list of expressions)."""
+    wanted: list = []  # (node, letter) in order of first appearance, inner first
+    seen = set()
+
+    def visit(root):
+        for n in ir.walk(root):
+            if n in seen or n in existing:
+                continue
+            seen.add(n)
+            if n.op in LETTERS and _compound(n.args[0]):
+                arg = n.args[0]
+                if arg not in existing and all(a is not arg for a, _ in wanted):
+                    wanted.append((arg, PRE_ACTIVATION))
+                wanted.append((n, LETTERS[n.op]))
+
+    for r in roots:
+        visit(r)
+    by_letter: dict = {}
+    for node, letter in wanted:
+        by_letter.setdefault(letter, []).append(node)
+    names: dict = {}
+    used = set(taken) | set(existing.values())
+    for letter, nodes in by_letter.items():
+        counter = 0
+        for node in nodes:
+            name = letter if len(nodes) == 1 and letter not in used else None
+            while name is None or name in used:
+                counter += 1
+                name = f"{letter}{counter}"
+            used.add(name)
+            names[node] = name
+    return names
+
+
+def definitions_in_order(names: dict) -> list:
+    """[(name, node)] with every name after the names its value uses."""
+    order = []
+    placed = set()
+    for node in names:
+        for n in ir.walk(node):
+            if n in names and n not in placed:
+                placed.add(n)
+                order.append((names[n], n))
+    return order
