@@ -1,0 +1,410 @@
+#!/usr/bin/env python
+"""Benchmark matcalc's emitted gradient functions against hand-written NumPy.
+
+    python benchmarks/run.py --sizes small,medium,large --out benchmarks/results.md
+    python benchmarks/run.py --quick            # tiny sizes, 2 repeats, seconds
+
+For every workload and size: median time of matcalc's emitted ``.function``
+and of the hand-written FLOP-optimal gradient (calls interleaved, so the ratio
+is measured under the same conditions), value_and_grad cost, and
+jax.jit(jax.grad) / torch autograd ratios when those are installed (each in its
+own subprocess, since their thread pools interfere with NumPy's BLAS). Also
+derive() times, the deep-MLP L-scaling table and the cold CLI wall time.
+Exit status 1 if an emitted function disagrees with the hand-written gradient
+or anything else fails (the table is written anyway); timings never fail.
+"""
+import argparse
+import importlib.util
+import json
+import math
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from workloads import BY_NAME, VAE, WORKLOADS, mlp_expr, mlp_shapes
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+RATIO_TARGET, GEOMEAN_TARGET, DERIVE_TARGET_MS, LSCALE_TARGET, CLI_TARGET_S, VG_TARGET = (
+    1.10, 1.0, 20.0, 2.2, 0.5, 1.2)
+RTOL = 1e-6
+FRAMEWORKS = ("jax", "torch")
+
+
+# ---------------------------------------------------------------------------- helpers
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def rng_for(name, size):
+    return np.random.default_rng(zlib.crc32(f"{name}/{size}".encode()))
+
+
+def bench(fns, repeats=None, budget=1.0, min_rep=5, max_rep=200, min_sample=5e-4):
+    """Median seconds per call of each zero-argument fn, plus their warm-up outputs.
+
+    Two warm-up calls each; then `repeats` rounds in which every fn is timed once,
+    in rotated order, so all fns see the same machine conditions. Fast fns are
+    called `number` times per sample (the same for all) so a sample is ≥ min_sample.
+    """
+    outs, est = [f() for f in fns], []
+    for f in fns:  # the second call estimates the cost (the first may compile or allocate)
+        t = time.perf_counter()
+        f()
+        est.append(time.perf_counter() - t)
+    number = max(1, int(min_sample / max(max(est), 1e-9)))
+    if repeats is None:
+        repeats = int(min(max_rep, max(min_rep, budget / max(number * sum(est), 1e-9))))
+    times = [[] for _ in fns]
+    for r in range(repeats):
+        for i in range(len(fns)):
+            j = (i + r) % len(fns)
+            f = fns[j]
+            t = time.perf_counter()
+            for _ in range(number):
+                f()
+            times[j].append((time.perf_counter() - t) / number)
+    return [statistics.median(t) for t in times], outs
+
+
+def rel_err(got, ref):
+    got, ref = np.asarray(got, dtype=float), np.asarray(ref, dtype=float)
+    if got.shape != ref.shape:
+        raise ValueError(f"shape {got.shape} instead of {ref.shape}")
+    return float(np.max(np.abs(got - ref), initial=0.0) / max(np.max(np.abs(ref), initial=0.0), 1e-300))
+
+
+def geomean(xs):
+    xs = [x for x in xs if x is not None and x > 0 and math.isfinite(x)]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
+
+
+def fmt(x, spec=".2f", target=None):
+    if x is None:
+        return "n/a"
+    s = format(x, spec)
+    return s + " ✗" if target is not None and x > target else s
+
+
+def short(exc):
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
+
+
+def load_matcalc():
+    """Import matcalc (installed, else from the repository): (module, error, from_repo)."""
+    try:
+        import matcalc
+        return matcalc, None, False
+    except ImportError:
+        sys.path.insert(0, str(ROOT))
+    except Exception as e:  # a package under construction may fail in any way
+        return None, short(e), False
+    try:
+        import matcalc
+        return matcalc, None, True
+    except Exception as e:
+        return None, short(e), True
+
+
+def timed_derive(matcalc, expr, wrt, shapes):
+    """Parse to callable: derive() plus fetching .function (it may be built lazily)."""
+    t = time.perf_counter()
+    d = matcalc.derive(expr, wrt=wrt, shapes=shapes)
+    d.function
+    return time.perf_counter() - t, d
+
+
+# ---------------------------------------------------------------------------- sections
+
+def derive_times(matcalc, repeats, failures):
+    """First call (fresh expression, warm process) and median of repeated calls, in ms."""
+    rows = []
+    for w in WORKLOADS:
+        if not w.target:
+            continue
+        try:
+            first, _ = timed_derive(matcalc, w.expr, w.wrt, w.shapes)
+            rep = statistics.median(timed_derive(matcalc, w.expr, w.wrt, w.shapes)[0]
+                                    for _ in range(repeats))
+            rows.append((w.name, 1e3 * first, 1e3 * rep))
+        except Exception as e:
+            failures.append(f"derive {w.name}: {short(e)}")
+            rows.append((w.name, None, None))
+    return rows
+
+
+def l_scaling(matcalc, Ls, repeats, failures):
+    rows = []
+    for L in Ls:
+        expr, shapes = mlp_expr(L), mlp_shapes(L)
+        try:
+            first, d = timed_derive(matcalc, expr, "W1", shapes)
+            rep = statistics.median(timed_derive(matcalc, expr, "W1", shapes)[0]
+                                    for _ in range(repeats))
+            rows.append((L, 1e3 * first, 1e3 * rep, len(d.numpy_source)))
+        except Exception as e:
+            failures.append(f"derive deep MLP L={L}: {short(e)}")
+            rows.append((L, None, None, None))
+    return rows
+
+
+def cli_wall(runs, from_repo, failures):
+    """Median wall time of the CLI in fresh processes, run the way matcalc was imported here."""
+    exe = shutil.which("matcalc")
+    cmd = [exe] if exe else [sys.executable, "-m", "matcalc"]
+    cmd += ["derive", VAE.expr, "--wrt", "W"]
+    env = dict(os.environ)
+    if from_repo:  # not installed: the repository's copy, as in this process
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        p = subprocess.run(cmd, cwd=ROOT if from_repo else HERE, env=env, capture_output=True, text=True)
+        times.append(time.perf_counter() - t)
+        if p.returncode != 0:
+            tail = " | ".join((p.stderr or p.stdout).strip().splitlines()[-3:])
+            failures.append(f"CLI `{' '.join(cmd[:-4])} derive ...` exit {p.returncode}: {tail}")
+            return None, cmd
+    return statistics.median(times), cmd
+
+
+def run_frameworks(sizes, workloads, args, failures):
+    """Time jax / torch in one subprocess each; {fw: {(name, size): seconds}}."""
+    out = {}
+    for fw in FRAMEWORKS:
+        if importlib.util.find_spec(fw) is None:
+            continue
+        log(f"[{fw}] timing in a subprocess ...")
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", fw,
+               "--sizes", ",".join(sizes), "--workloads", ",".join(w.name for w in workloads),
+               "--budget", str(args.budget)] + (["--quick"] if args.quick else [])
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        try:
+            res = json.loads(p.stdout.strip().splitlines()[-1])
+        except Exception:
+            tail = " | ".join(p.stderr.strip().splitlines()[-3:])
+            failures.append(f"{fw} worker failed (exit {p.returncode}): {tail}")
+            continue
+        out[fw] = {}
+        for key, (t, err) in res.items():
+            name, size = key.split("/")
+            if isinstance(err, str) or err > RTOL:
+                failures.append(f"{fw} {key}: gradient disagrees with hand-written ({err})")
+            out[fw][name, size] = t
+    return out
+
+
+def worker(fw, sizes, workloads, args):
+    """Subprocess body: time jax.jit(jax.grad) or torch autograd of each forward."""
+    if fw == "jax":
+        import jax
+        jax.config.update("jax_enable_x64", True)
+        import jax.numpy as jnp
+
+        def make(w, inp):
+            p = jnp.asarray(inp[w.wrt])
+            rest = {k: jnp.asarray(v) for k, v in inp.items() if k != w.wrt}
+            g = jax.jit(jax.grad(lambda p, rest: w.lam(jnp, **{w.wrt: p}, **rest)))
+            return lambda: g(p, rest).block_until_ready()
+    else:
+        import torch
+
+        def make(w, inp):
+            t = {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in inp.items()}
+            t[w.wrt] = t[w.wrt].clone().requires_grad_(True)
+            return lambda: torch.autograd.grad(w.lam(torch, **t), t[w.wrt])[0]
+    res = {}
+    for w in workloads:
+        for size in sizes:
+            inp = w.inputs(size, rng_for(w.name, size))
+            try:
+                (t,), (g,) = bench([make(w, inp)], **reps(args))
+                res[f"{w.name}/{size}"] = (t, rel_err(np.asarray(g), w.grad(**inp)))
+            except Exception as e:
+                res[f"{w.name}/{size}"] = (None, short(e))
+            log(f"[{fw}] {w.name}/{size} done")
+    print(json.dumps(res))
+
+
+def reps(args):
+    return {"repeats": 2} if args.quick else {"budget": args.budget}
+
+
+# ---------------------------------------------------------------------------- main
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="small,medium,large")
+    ap.add_argument("--out", default=str(HERE / "results.md"))
+    ap.add_argument("--quick", action="store_true", help="tiny sizes, 2 repeats (smoke test)")
+    ap.add_argument("--workloads", default=",".join(BY_NAME), help="comma-separated subset")
+    ap.add_argument("--budget", type=float, default=1.5,
+                    help="seconds of timed calls per workload and size (at least 5 rounds)")
+    ap.add_argument("--no-frameworks", action="store_true", help="skip jax/torch even if installed")
+    ap.add_argument("--worker", choices=FRAMEWORKS, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    sizes = ["tiny"] if args.quick else args.sizes.split(",")
+    workloads = [BY_NAME[n] for n in args.workloads.split(",")]
+    if args.worker:
+        return worker(args.worker, sizes, workloads, args)
+
+    failures, notes = [], []
+    matcalc, err, from_repo = load_matcalc()
+    if matcalc is None:
+        failures.append(f"import matcalc: {err}")
+    nrep = 2 if args.quick else 7
+    Ls = [2, 4, 8] if args.quick else [2, 4, 8, 16, 32, 64]
+
+    derive_rows, lrows, cli = [], [], (None, None)
+    if matcalc is not None:
+        log("derive() times ...")
+        try:  # warm the process: imports, grammar, code generation paths
+            timed_derive(matcalc, "sum(exp(A@v))", "A", {"A": ("p", "q"), "v": ("q",)})
+        except Exception as e:
+            failures.append(f"warm-up derive: {short(e)}")
+        derive_rows = derive_times(matcalc, nrep, failures)
+        log("deep-MLP L-scaling ...")
+        lrows = l_scaling(matcalc, Ls, nrep, failures)
+        log("cold CLI ...")
+        cli = cli_wall(2 if args.quick else 5, from_repo, failures)
+    has_vg = matcalc is not None and hasattr(matcalc, "value_and_grad")
+
+    rows = []  # (workload, size, emitted s, hand s, vg ratio, err)
+    for w in workloads:
+        for size in sizes:
+            log(f"{w.name}/{size} ...")
+            inp = w.inputs(size, rng_for(w.name, size))
+            fns = [lambda: w.grad(**inp)]
+            d = vg = None
+            if matcalc is not None:
+                try:
+                    d = matcalc.derive(w.expr_at(size), wrt=w.wrt, shapes=w.shapes_at(size))
+                    fns.append(lambda: d.function(**inp))
+                except Exception as e:
+                    failures.append(f"derive {w.name}/{size}: {short(e)}")
+            if d is not None and has_vg:
+                try:
+                    vg = matcalc.value_and_grad(w.expr_at(size), wrt=w.vg_wrt, shapes=w.shapes_at(size))
+                    fns.append(lambda: vg.function(**inp))
+                except Exception as e:
+                    failures.append(f"value_and_grad {w.name}/{size}: {short(e)}")
+            try:
+                times, outs = bench(fns, **reps(args))
+            except Exception as e:
+                failures.append(f"run {w.name}/{size}: {short(e)}")
+                rows.append((w, size, None, None, None, None))
+                continue
+            t_emit = times[1] if d is not None else None
+            t_vg = times[2] / times[1] if vg is not None else None
+            err = None
+            try:
+                if d is not None:
+                    err = rel_err(outs[1], outs[0])
+                    if err > RTOL:
+                        failures.append(f"{w.name}/{size}: emitted gradient disagrees with hand-written "
+                                        f"(max rel error {err:.2e})")
+                if vg is not None:
+                    value, grads = outs[2]
+                    e_val = abs(float(value) - w.lam(np, **inp)) / max(abs(w.lam(np, **inp)), 1e-300)
+                    e_grad = rel_err(grads[w.wrt], outs[0])
+                    if max(e_val, e_grad) > RTOL:
+                        failures.append(f"{w.name}/{size}: value_and_grad disagrees "
+                                        f"(value {e_val:.1e}, grad {e_grad:.1e})")
+            except Exception as e:
+                failures.append(f"{w.name}/{size}: {short(e)}")
+                err = math.inf
+            rows.append((w, size, t_emit, times[0], t_vg, err))
+
+    fw_times = {} if args.no_frameworks else run_frameworks(sizes, workloads, args, failures)
+    missing = [fw for fw in FRAMEWORKS if fw not in fw_times]
+    if missing:
+        notes.append(f"{' and '.join(missing)} not run (not installed, disabled or failed).")
+    if not has_vg and matcalc is not None:
+        notes.append("matcalc.value_and_grad does not exist: value_and_grad reported as n/a.")
+
+    md = report(sizes, rows, fw_times, derive_rows, lrows, cli, failures, notes, args)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(md)
+    print(md)
+    return 1 if failures else 0
+
+
+def report(sizes, rows, fw_times, derive_rows, lrows, cli, failures, notes, args):
+    ms = lambda t: fmt(None if t is None else 1e3 * t, ".3f")
+    ratio = lambda a, b: a / b if a is not None and b else None
+    out = ["# matcalc benchmark", "",
+           f"Python {platform.python_version()}, NumPy {np.__version__}, {os.cpu_count()} CPUs, "
+           f"{platform.machine()}; {time.strftime('%Y-%m-%d %H:%M')}"
+           + ("; **--quick** (tiny sizes, 2 repeats)" if args.quick else ""), "",
+           "## Emitted function vs hand-written NumPy", "",
+           f"Medians of interleaved repeated calls after a warm-up. ratio = emitted / hand-written "
+           f"(target ≤ {RATIO_TARGET}, ✗ marks a miss); jax = jax.jit(jax.grad) / hand-written, "
+           f"torch = autograd / hand-written (each timed in its own process); v&g = "
+           f"value_and_grad (λ and all gradients of the listed wrt) / emitted single gradient "
+           f"(target ≤ {VG_TARGET}); err = max relative difference emitted vs hand-written.", "",
+           "| workload | size | dims | emitted ms | hand ms | ratio | jax | torch | v&g | v&g wrt | err |",
+           "|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|"]
+    per_size = {s: {"emitted": [], **{fw: [] for fw in FRAMEWORKS}} for s in sizes}
+    for w, size, te, th, vg, err in rows:
+        r = ratio(te, th)
+        per_size[size]["emitted"].append(r)
+        fr = {fw: ratio(fw_times.get(fw, {}).get((w.name, size)), th) for fw in FRAMEWORKS}
+        for fw in FRAMEWORKS:
+            per_size[size][fw].append(fr[fw])
+        dims = " ".join(f"{k}={v}" for k, v in w.sizes[size].items())
+        out.append(f"| {w.name} | {size} | {dims} | {ms(te)} | {ms(th)} | {fmt(r, target=RATIO_TARGET)} "
+                   f"| {fmt(fr['jax'])} | {fmt(fr['torch'])} | {fmt(vg, target=VG_TARGET)} "
+                   f"| {','.join(w.vg_wrt)} | {fmt(err, '.1e')} |")
+    out += ["", f"Geometric means of the ratios (target ≤ {GEOMEAN_TARGET} for emitted):", "",
+            "| size | emitted/hand | jax/hand | torch/hand |", "|---|---:|---:|---:|"]
+    for s in sizes:
+        g = {k: geomean(v) for k, v in per_size[s].items()}
+        out.append(f"| {s} | {fmt(g['emitted'], '.3f', GEOMEAN_TARGET)} | {fmt(g['jax'], '.3f')} "
+                   f"| {fmt(g['torch'], '.3f')} |")
+    g_all = geomean([x for s in sizes for x in per_size[s]["emitted"]])
+    out.append(f"| all | {fmt(g_all, '.3f', GEOMEAN_TARGET)} | | |")
+
+    n = 2 if args.quick else 7
+    out += ["", "## derive() time (parse to callable, warm process)", "",
+            f"First call for the expression (after one unrelated warm-up derive) and median of "
+            f"{n} repeated calls (these may hit a cache). Target: first call ≤ {DERIVE_TARGET_MS:g} ms.",
+            "", "| workload | first ms | median ms |", "|---|---:|---:|"]
+    for name, first, rep in derive_rows:
+        out.append(f"| {name} | {fmt(first, '.1f', DERIVE_TARGET_MS)} | {fmt(rep, '.1f')} |")
+
+    out += ["", "## Deep tanh MLP (batch 1): derive time and emitted source size vs depth L", "",
+            "| L | derive first ms | derive median ms | numpy_source chars |", "|---:|---:|---:|---:|"]
+    for L, first, rep, src in lrows:
+        out.append(f"| {L} | {fmt(first, '.1f')} | {fmt(rep, '.1f')} | {fmt(src, 'd')} |")
+    if len(lrows) >= 2:
+        (L0, f0, r0, s0), (L1, f1, r1, s1) = lrows[-2:]
+        out += ["", f"Ratio L={L1} / L={L0} (target ≤ {LSCALE_TARGET}): derive first "
+                f"{fmt(ratio(f1, f0), target=LSCALE_TARGET)}, derive median "
+                f"{fmt(ratio(r1, r0), target=LSCALE_TARGET)}, source size "
+                f"{fmt(ratio(s1, s0), target=LSCALE_TARGET)}."]
+
+    t, cmd = cli
+    runs = 2 if args.quick else 5
+    out += ["", "## Cold CLI", "",
+            f"`matcalc derive \"{VAE.expr}\" --wrt W` in a fresh process "
+            f"({' '.join(Path(c).name for c in cmd[:-4]) if cmd else 'not run'}), median of {runs} runs: "
+            f"**{fmt(t, '.3f', CLI_TARGET_S)}** s (target ≤ {CLI_TARGET_S} s)."]
+    if notes:
+        out += ["", "## Notes", ""] + [f"- {n}" for n in notes]
+    if failures:
+        out += ["", "## Failures", ""] + [f"- {f}" for f in failures]
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
