@@ -5,10 +5,10 @@
     >>> d.text
     'alpha*(exp(W@x + c) - 1)@x.T'
 """
-from .api import Derivation, GradientFunction, derive
+from .api import Derivation, GradientFunction, ValueAndGrad, derive, value_and_grad
 from .errors import DeriveError, MatcalcError, ParseError, ShapeError
 
 __version__ = "0.1.0"
 
-__all__ = ["derive", "Derivation", "GradientFunction", "MatcalcError", "ParseError", "ShapeError",
+__all__ = ["derive", "value_and_grad", "ValueAndGrad", "Derivation", "GradientFunction", "MatcalcError", "ParseError", "ShapeError",
            "DeriveError", "__version__"]

@@ -12,7 +12,7 @@ from .parse import parse
 from .naming import auto_names, definitions_in_order
 from .printing import tex_name, to_latex, to_text
 from .shapes import typecheck
-from .simplify import stabilize
+from .simplify import simplify, stabilize
 
 
 class GradientFunction:
@@ -20,6 +20,8 @@ class GradientFunction:
     as a keyword argument (scalars as floats, vectors 1-D, matrices 2-D arrays)."""
 
     def __init__(self, source: str, fname: str, params: dict, user_shapes: dict, out_shape=None):
+        import numpy as np
+
         from .codegen import compile_function
 
         self.source = source
@@ -27,6 +29,21 @@ class GradientFunction:
         self.params = params            # user name -> python name
         self.user_shapes = user_shapes  # user name -> () / (n,) / (m, n)
         self._f = compile_function(source, fname)
+        self._keys = set(params)
+        self._same_names = all(k == v for k, v in params.items())
+        self._ndims = [(k, len(user_shapes[k])) for k in params]
+        self._ndarray = np.ndarray
+        # the dimension constraints between arguments, checked on every fast call
+        first: dict = {}
+        self._same_dims, self._fixed_dims = [], []
+        for k in params:
+            for ax, d in enumerate(user_shapes[k]):
+                if isinstance(d, int):
+                    self._fixed_dims.append((k, ax, d))
+                elif d in first:
+                    self._same_dims.append((first[d][0], first[d][1], k, ax))
+                else:
+                    first[d] = (k, ax)
 
     def __repr__(self):
         return f"<matcalc function {self.name}({', '.join(self.params)})>"
@@ -65,6 +82,20 @@ class GradientFunction:
         return out
 
     def __call__(self, **kwargs):
+        # fast path: float64 arrays of the right ranks under their own names
+        if self._same_names and kwargs.keys() == self._keys:
+            nd = self._ndarray
+            for k, d in self._ndims:
+                v = kwargs[k]
+                if d == 0:
+                    if type(v) is not float:
+                        break
+                elif type(v) is not nd or v.ndim != d or v.dtype.kind != "f":
+                    break
+            else:
+                if all(kwargs[k1].shape[a1] == kwargs[k2].shape[a2] for k1, a1, k2, a2 in self._same_dims) \
+                        and all(kwargs[k].shape[a] == d for k, a, d in self._fixed_dims):
+                    return self._f(**kwargs)
         return self._f(**self.convert(kwargs))
 
 
@@ -225,7 +256,7 @@ class Derivation:
         """λ itself as a NumPy function (used by the check)."""
         from .codegen import function_source, module_source
 
-        src, params = function_source("value", [self.lam], self._params, self.symbols, "λ")
+        src, params = function_source("value", [simplify(self.lam)], self._params, self.symbols, "λ")
         return GradientFunction(module_source([src]), "value", params, self.user_shapes)
 
     def check(self, seed: int = 0, tol: float = 1e-5, draws: int = 2, domain: dict | None = None,
@@ -350,4 +381,45 @@ def _derive_one(expr, typed, wrt) -> Derivation:
     return Derivation(expr, typed, primal, wrt, G, steps, rules, user_names, names)
 
 
-__all__ = ["derive", "Derivation", "GradientFunction", "MatcalcError"]
+
+
+class ValueAndGrad:
+    """λ and its gradients for several variables from one emitted function that shares
+    the forward pass: ``function(**inputs) -> (value, {name: gradient})``."""
+
+    def __init__(self, derivations: dict):
+        from .codegen import function_source, module_source
+
+        self.derivations = derivations
+        first = next(iter(derivations.values()))
+        self.expr, self.lam = first.expr, first.lam
+        self.user_shapes, self.symbols = first.user_shapes, first.symbols
+        names = list(derivations)
+        outputs = [simplify(self.lam)] + [d.gradient for d in derivations.values()]
+
+        def returns(results):
+            grads = ", ".join(f"{n!r}: {r}" for n, r in zip(names, results[1:]))
+            return f"{results[0]}, {{{grads}}}"
+
+        doc = f"λ and its gradients wrt {', '.join(names)}, for λ = {to_text(self.lam)}."
+        src, params = function_source("value_and_grad", outputs, list(self.user_shapes), self.symbols,
+                                      doc, returns=returns)
+        self.numpy_source = module_source([src])
+        self.function = GradientFunction(self.numpy_source, "value_and_grad", params, self.user_shapes)
+
+    def __getitem__(self, name):
+        return self.derivations[name]
+
+    def __repr__(self):
+        return f"<ValueAndGrad of λ = {to_text(self.lam)} wrt {', '.join(self.derivations)}>"
+
+
+def value_and_grad(expr: str, wrt, shapes: dict | None = None, definitions: dict | None = None,
+                   where: dict | None = None) -> ValueAndGrad:
+    """One NumPy function returning λ and ∂λ/∂w for every w in ``wrt`` (a name or a list)."""
+    ds = derive(expr, wrt=list(wrt) if isinstance(wrt, (list, tuple)) else [wrt], shapes=shapes,
+                definitions=definitions, where=where)
+    return ValueAndGrad(ds)
+
+
+__all__ = ["derive", "value_and_grad", "Derivation", "ValueAndGrad", "GradientFunction", "MatcalcError"]

@@ -79,6 +79,7 @@ class Emitter:
         self.helpers: set = set()
         self.dims_needed: dict = {}
         self.counter = 0
+        self.temps: set = set()
 
     def dim(self, d) -> str:
         if isinstance(d, int):
@@ -101,18 +102,39 @@ class Emitter:
                 uses[a] = uses.get(a, 0) + 1
         code: dict = {}
         depth: dict = {}
+        self.code = code
+        # a step(z) whose every use is a factor of an array product may stay a boolean mask
+        parents: dict = {}
+        for n in order:
+            for x in n.args:
+                parents.setdefault(x, []).append(n)
+        self.bool_ok = {n: n.op == "step" and n not in outputs and all(
+            p.op == "mul" and p.shape == n.shape for p in parents.get(n, [])) for n in order}
         for n in order:
             if n.op == "outputs":
                 continue
             s = self.node(n, [code[a] for a in n.args])
             d = 1 + max((depth[a] for a in n.args), default=0)
             if n.args and (uses.get(n, 0) > 1 or d > 12):
+                self.temps.add(n)
                 name = f"t{self.counter}"
                 self.counter += 1
                 self.lines.append(f"{name} = {s}")
                 s, d = name, 0
             code[n], depth[n] = s, d
         return [code[o] for o in outputs]
+
+    def negated(self, t: Expr):
+        """The code of -t if t is a negated term (so a + (-1*b) prints as a - b), else None."""
+        if t.op == "const" and t.shape == SCALAR and t.attr < 0:
+            return repr(-t.attr)
+        if t.op == "mul" and t.args[0].op == "const" and t.args[0].attr < 0 and t not in self.temps:
+            c = -t.args[0].attr
+            rest = [self.code[f] for f in t.args[1:]]
+            if c != 1.0:
+                rest.insert(0, repr(c))
+            return rest[0] if len(rest) == 1 else "(" + " * ".join(rest) + ")"
+        return None
 
     def node(self, n: Expr, a: list) -> str:
         op = n.op
@@ -126,9 +148,18 @@ class Emitter:
         if op == "eye":
             return f"np.eye({self.dim(n.shape[0])})"
         if op == "add":
-            return "(" + " + ".join(a) + ")"
+            out = a[0]
+            for t, code in zip(n.args[1:], a[1:]):
+                neg = self.negated(t)
+                out += f" - {neg}" if neg is not None else f" + {code}"
+            return "(" + out + ")"
         if op == "mul":
+            if n.args[0].op == "const" and n.args[0].attr == -1.0:
+                rest = a[1:]
+                return "(-" + (rest[0] if len(rest) == 1 else "(" + " * ".join(rest) + ")") + ")"
             return "(" + " * ".join(a) + ")"
+        if op == "solve":
+            return f"np.linalg.solve({a[0]}, {a[1]})"
         if op == "div":
             return f"({a[0]} / {a[1]})"
         if op == "pow":
@@ -147,11 +178,21 @@ class Emitter:
                 if x.shape == SCALAR or y.shape == SCALAR:
                     return f"({a[0]} * {a[1]})"
                 return f"np.outer({a[0]}, {a[1]})"
+            # Diag(h)@A scales rows, A@Diag(h) scales columns: never build Diag(h)
+            if x.op == "Diag" and len(np_shape(y.shape)) == 2:
+                return f"({self.code[x.args[0]]}[:, None] * {a[1]})"
+            if y.op == "Diag" and len(np_shape(x.shape)) >= 1:
+                return f"({a[0]} * {self.code[y.args[0]]})"
+            if x.op == "Diag" and len(np_shape(y.shape)) == 1:
+                return f"({self.code[x.args[0]]} * {a[1]})"
             return f"({a[0]} @ {a[1]})"
         if op == "T":
             return f"{a[0]}.T" if len(np_shape(n.shape)) == 2 else a[0]
         if op == "frob":
-            x = n.args[0]
+            x, y = n.args
+            if y.op == "const" or x.op == "const":  # A:c1 = c sum(A)
+                c, other = (y.attr, a[0]) if y.op == "const" else (x.attr, a[1])
+                return f"np.sum({other})" if c == 1.0 else f"({c!r} * np.sum({other}))"
             if x.shape == SCALAR:
                 return f"({a[0]} * {a[1]})"
             if len(np_shape(x.shape)) == 1:
@@ -159,6 +200,8 @@ class Emitter:
             return f"np.vdot({a[0]}, {a[1]})"
         if op in ("sum", "tr") and n.args[0].shape == SCALAR:
             return a[0]
+        if op == "step" and self.bool_ok.get(n):
+            return f"({a[0]} > 0.0)"  # a factor of a product: the boolean mask is enough
         tpl = TEMPLATES[op]
         if tpl.startswith("_"):
             self.helpers.add(tpl.split("(")[0])
@@ -166,7 +209,7 @@ class Emitter:
 
 
 def function_source(fname: str, outputs: list[Expr], param_names: list[str], syms: dict,
-                    doc: str = "", returns: str | None = None) -> tuple[str, dict]:
+                    doc: str = "", returns=None) -> tuple[str, dict]:
     """Source of ``def fname(*, <params>)`` returning the outputs (a tuple if several).
 
     ``syms`` maps user names to their sym nodes; returns (source, user name -> python name)."""
@@ -177,8 +220,10 @@ def function_source(fname: str, outputs: list[Expr], param_names: list[str], sym
         for axis, d in enumerate(shape):
             if isinstance(d, str):
                 dim_source.setdefault(d, (params[name], axis))
+    from .optimize import optimize
+
     em = Emitter(params, dim_source)
-    results = em.emit(outputs)
+    results = em.emit(optimize(list(outputs)))
     head = [f"def {fname}(*, {', '.join(params[p] for p in param_names)}):"]
     if doc:
         safe = not any(ch in doc for ch in "\\\"'\n")
@@ -188,7 +233,7 @@ def function_source(fname: str, outputs: list[Expr], param_names: list[str], sym
     body = ["    " + line for line in em.lines]
     ret = results[0] if len(results) == 1 else "(" + ", ".join(results) + ")"
     if returns is not None:
-        ret = returns.format(*results)
+        ret = returns(results)
     body.append(f"    return {ret}")
     helpers = "".join(HELPERS[h] + "\n\n" for h in sorted(em.helpers))
     return helpers + "\n".join(head + body) + "\n", params

@@ -1,0 +1,183 @@
+"""Rewrites for fast evaluation, between simplify and codegen.
+
+The simplified form is the one a person reads; this pass picks the one a machine
+should run: the order of every matrix chain (dynamic programming on a
+representative size for symbolic dimensions, so (u vᵀ)w becomes u(vᵀw)), where a
+scalar factor is applied (to the smallest operand), whether A(B + C) is cheaper
+distributed, and ``inv(A) b`` as a linear solve when the inverse is not needed
+elsewhere.  Every rewrite is an identity; the cost model only chooses among them.
+"""
+from __future__ import annotations
+
+from . import ir
+from .ir import SCALAR, Expr
+
+N = 1024  # the representative size of a symbolic dimension
+
+
+def size(d) -> int:
+    return d if isinstance(d, int) else N
+
+
+def numel(shape) -> int:
+    return size(shape[0]) * size(shape[1])
+
+
+def local_cost(e: Expr) -> float:
+    """Rough flop count of computing e from its arguments."""
+    op = e.op
+    if not e.args:
+        return 0.0 if op != "eye" and op != "const" or e.shape == SCALAR else numel(e.shape)
+    if op == "matmul":
+        a, b = e.args
+        if a.op == "Diag" or b.op == "Diag":
+            return numel(e.shape)
+        return size(a.shape[0]) * size(a.shape[1]) * size(b.shape[1])
+    if op == "solve":
+        a, b = e.args
+        n = size(a.shape[0])
+        return n ** 3 / 3 + n * n * size(b.shape[1])
+    if op in ("inv", "det", "logdet"):
+        return size(e.args[0].shape[0]) ** 3
+    if op == "T":
+        return 0.0
+    return float(max(numel(e.shape), max(numel(a.shape) for a in e.args)))
+
+
+def tree_cost(e: Expr, memo=None) -> float:
+    memo = {} if memo is None else memo
+    total = 0.0
+    for n in ir.walk(e):
+        if n not in memo:
+            memo[n] = local_cost(n)
+        total += memo[n]
+    return total
+
+
+def _chain(e: Expr, uses: dict, scalars: list) -> list:
+    """The factors of a matrix chain, pulling out scalar factors of its operands."""
+    if e.op == "matmul" and uses.get(e, 1) <= 1:
+        return _chain(e.args[0], uses, scalars) + _chain(e.args[1], uses, scalars)
+    if e.op == "mul" and uses.get(e, 1) <= 1:
+        sc = [f for f in e.args if f.shape == SCALAR]
+        arr = [f for f in e.args if f.shape != SCALAR]
+        if sc and len(arr) == 1:
+            scalars.extend(sc)
+            return _chain(arr[0], uses, scalars)
+    return [e]
+
+
+def _mm_cost(a_shape, b_shape, a: Expr | None = None, b: Expr | None = None) -> float:
+    if (a is not None and a.op == "Diag") or (b is not None and b.op == "Diag"):
+        return size(a_shape[0]) * size(b_shape[1])
+    return size(a_shape[0]) * size(a_shape[1]) * size(b_shape[1])
+
+
+def order_chain(fs: list) -> Expr:
+    """Optimal parenthesisation of a matrix chain (classic dynamic programming)."""
+    n = len(fs)
+    if n == 1:
+        return fs[0]
+    best = {(i, i): (0.0, fs[i]) for i in range(n)}
+    for length in range(2, n + 1):
+        for i in range(n - length + 1):
+            j = i + length - 1
+            cand = None
+            for k in range(i, j):
+                cl, el = best[(i, k)]
+                cr, er = best[(k + 1, j)]
+                c = cl + cr + _mm_cost(el.shape, er.shape, el, er)
+                if cand is None or c < cand[0]:
+                    cand = (c, (el, er))
+            best[(i, j)] = (cand[0], ir.matmul(*cand[1]))
+    return best[(0, n - 1)][1]
+
+
+def _apply_scalars(e: Expr, scalars: list) -> Expr:
+    """Multiply the scalars into the smallest operand of the chain e (or e itself)."""
+    if not scalars:
+        return e
+    s = scalars[0] if len(scalars) == 1 else ir.mul(*scalars)
+    if e.op == "matmul":
+        a, b = e.args
+        target = min((e, a, b), key=lambda x: numel(x.shape))
+        if target is a:
+            return ir.matmul(_apply_scalars(a, scalars), b)
+        if target is b:
+            return ir.matmul(a, _apply_scalars(b, scalars))
+    return ir.mul(s, e)
+
+
+def _use_counts(outputs) -> dict:
+    uses: dict = {}
+    for root in outputs:
+        for n in ir.walk(root):
+            for a in n.args:
+                uses[a] = uses.get(a, 0) + 1
+    return uses
+
+
+def optimize(outputs: list) -> list:
+    uses = _use_counts(outputs)
+    inv_uses = {}
+    for n, k in uses.items():
+        if n.op == "inv":
+            inv_uses[n] = inv_uses.get(n, 0) + k
+        elif n.op == "T" and n.args[0].op == "inv":
+            inv_uses[n.args[0]] = inv_uses.get(n.args[0], 0) + k - 1  # the T itself used the inv once
+    memo: dict = {}
+
+    def opt(e: Expr) -> Expr:
+        for node in ir.walk(e):
+            if node in memo:
+                continue
+            args = tuple(memo[a] for a in node.args)
+            new = node if args == node.args else Expr(node.op, args, node.attr, node.shape)
+            memo[node] = rewrite(new)
+        return memo[e]
+
+    def rewrite(e: Expr) -> Expr:
+        if e.op == "matmul":
+            scalars: list = []
+            fs = _chain(e, uses, scalars)
+            fs = [_solve_left(fs, i) for i in range(len(fs))]
+            fs = [f for f in fs if f is not None]
+            best = _apply_scalars(order_chain(fs), scalars)
+            dist = _distribute(best)
+            return dist if dist is not None and tree_cost(dist) < tree_cost(best) else best
+        if e.op == "mul" and len(e.args) >= 2:
+            sc = [f for f in e.args if f.shape == SCALAR]
+            arr = [f for f in e.args if f.shape != SCALAR]
+            if sc and len(arr) == 1 and arr[0].op == "matmul":
+                return _apply_scalars(arr[0], sc)
+        return e
+
+    def _solve_left(fs, i):
+        """inv(A) b -> solve(A, b) when that inverse is used nowhere else."""
+        f = fs[i]
+        if f is None or i + 1 >= len(fs):
+            return f
+        inv = f if f.op == "inv" else (f.args[0] if f.op == "T" and f.args[0].op == "inv" else None)
+        if inv is None or inv_uses.get(inv, 0) > 1:
+            return f
+        A = inv.args[0] if f.op == "inv" else ir.T(inv.args[0])
+        fs[i + 1] = Expr("solve", (A, fs[i + 1]), None, (A.shape[0], fs[i + 1].shape[1]))
+        return None
+
+    def _distribute(e: Expr):
+        """A(B + C) = AB + AC when one of the terms is I or the result is cheaper."""
+        if e.op != "matmul":
+            return None
+        a, b = e.args
+        for side, other, s in ((0, a, b), (1, b, a)):
+            if s.op == "add" and uses.get(s, 1) <= 1 and len(s.args) <= 3:
+                terms = []
+                for t in s.args:
+                    if t.shape == SCALAR:
+                        return None
+                    terms.append(rewrite(ir.matmul(other, t) if side == 0 else ir.matmul(t, other))
+                                 if t.op != "eye" else other)
+                return ir.add(*terms)
+        return None
+
+    return [opt(o) for o in outputs]
