@@ -108,8 +108,12 @@ class Emitter:
         for n in order:
             for x in n.args:
                 parents.setdefault(x, []).append(n)
+        def float_partner(p, n):
+            return any(f is not n and f.op not in ("step", "const") and f.shape == n.shape for f in p.args)
+
         self.bool_ok = {n: n.op == "step" and n not in outputs and all(
-            p.op == "mul" and p.shape == n.shape for p in parents.get(n, [])) for n in order}
+            p.op == "mul" and p.shape == n.shape and float_partner(p, n) for p in parents.get(n, []))
+            for n in order}
         for n in order:
             if n.op == "outputs":
                 continue

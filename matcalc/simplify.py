@@ -27,6 +27,8 @@ def simplify(e: Expr) -> Expr:
             continue
         args = tuple(_cache[a] for a in node.args)
         out = _rebuild(node, args)
+        if out.shape != node.shape:  # a cancellation must not lose a broadcast (τ + u - u)
+            out = s_mul(out, const(1.0, node.shape))
         _cache[node] = out
         _cache.setdefault(out, out)
     return _cache[e]
@@ -89,6 +91,14 @@ def scale(c: float, e: Expr) -> Expr:
 # ------------------------------------------------------------------ add
 
 def s_add(*terms: Expr) -> Expr:
+    shape = ir._broadcast([t.shape for t in terms])
+    out = _s_add(terms)
+    if out.shape != shape:  # the array terms cancelled: τ + u - u = τ1
+        out = s_mul(out, const(1.0, shape))
+    return out
+
+
+def _s_add(terms) -> Expr:
     flat = []
     for t in terms:
         flat.extend(t.args if t.op == "add" else [t])
@@ -119,7 +129,7 @@ def s_add(*terms: Expr) -> Expr:
         out.insert(npos if total > 0 else len(out), k)
     if len(out) == 1:
         return out[0]
-    return Expr("add", tuple(out), None, shape)
+    return Expr("add", tuple(out), None, ir._broadcast([t.shape for t in out]))
 
 
 def _factor(items, total, shape):

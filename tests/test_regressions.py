@@ -1,0 +1,35 @@
+"""Failures the random soundness runs found, each kept as a named test."""
+import numpy as np
+import pytest
+
+import matcalc
+from conftest import central_fd, rel_err
+from exprgen import eval_text  # the generator's own independent evaluator of matcalc text
+
+CASES = [
+    # ᵀ right after .T or ^T was read as part of a name
+    ("transpose_then_unicode_transpose", "x.Tᵀ:y", {}, "x"),
+    ("caret_T_then_unicode_transpose", "sum(x^Tᵀ)", {}, "x"),
+    # u.T - u.T cancelled and took the broadcast shape of τ with it
+    ("cancellation_keeps_broadcast", "(tau + u.T - u.T)@p", {}, "p"),
+    ("cancellation_inside_a_function", "sin(mu.T - tau - mu.T - sum(W1))@sigmoid(Y@(w*w))", {"mu": ("n",)}, "tau"),
+    # step(w) emitted as a boolean mask was then negated
+    ("negated_step_mask", "-(step(w):w)", {}, "w"),
+]
+
+
+@pytest.mark.parametrize("name,expr,shapes,wrt", CASES, ids=[c[0] for c in CASES])
+def test_regression(name, expr, shapes, wrt):
+    d = matcalc.derive(expr, wrt=wrt, shapes=shapes)
+    sizes = {}
+    rng = np.random.default_rng(0)
+    dims = iter(range(3, 30))
+    inputs = {}
+    for sym, shape in d.user_shapes.items():
+        conc = tuple(sizes.setdefault(dim, next(dims)) for dim in shape)
+        inputs[sym] = float(rng.standard_normal()) if conc == () else rng.standard_normal(conc)
+    got = d.function(**inputs)
+    fd = central_fd(lambda a: float(eval_text(expr, a)), inputs, wrt)
+    assert np.shape(got) == np.shape(inputs[wrt])
+    assert rel_err(got, fd) < 1e-6
+    assert d.check().ok
