@@ -18,11 +18,25 @@ from .ir import SCALAR, Expr, const
 _cache: "weakref.WeakKeyDictionary[Expr, Expr]" = weakref.WeakKeyDictionary()
 
 
+def _pending(e: Expr):
+    """The nodes of e not simplified yet, children first (cached subtrees are not entered)."""
+    order, seen, stack = [], set(), [(e, False)]
+    while stack:
+        node, done = stack.pop()
+        if done:
+            order.append(node)
+        elif node not in seen and node not in _cache:
+            seen.add(node)
+            stack.append((node, True))
+            stack.extend((a, False) for a in reversed(node.args))
+    return order
+
+
 def simplify(e: Expr) -> Expr:
     hit = _cache.get(e)
     if hit is not None:
         return hit
-    for node in ir.walk(e):
+    for node in _pending(e):
         if node in _cache:
             continue
         args = tuple(_cache[a] for a in node.args)
