@@ -167,8 +167,8 @@ class Derivation:
     def shape_reason(self) -> str:
         if not self.shape:
             return f"λ and {self.wrt} are scalars, so ∂λ/∂{self.wrt} is a scalar"
-        return (f"λ is a scalar, so ∂λ/∂{self.wrt} has the shape of {self.wrt}: "
-                f"dλ = G:d{self.wrt} needs G and d{self.wrt} of one shape")
+        return (f"λ is a scalar, so ∂λ/∂{self.wrt} has the shape of {self.wrt}: in "
+                f"dλ = (∂λ/∂{self.wrt}):d{self.wrt} the gradient pairs entry by entry with d{self.wrt}")
 
     @property
     def shape_text(self) -> str:
@@ -273,8 +273,8 @@ class Derivation:
         domains = infer_domains(self.lam, self.symbols)
         domains.update(domain or {})
         rng = np.random.default_rng(seed)
-        worst, total, note, used = 0.0, 0, "", 0
-        for attempt in range(draws + 6):
+        worst, total, note, used, zero_draws = 0.0, 0, "", 0, 0
+        for attempt in range(draws + 14):
             if used >= draws:
                 break
             inputs = random_inputs(self.user_shapes, domains, sizes, rng)
@@ -289,7 +289,12 @@ class Derivation:
                 continue
             with np.errstate(all="ignore"):
                 err, n, msg = finite_difference_check(self.value_function, self.function, inputs, self.wrt, rng)
+            if msg == "zero" and zero_draws < 8:  # all zero here (every relu off?): draw again
+                zero_draws += 1
+                continue
             worst, total, used = max(worst, err), total + n, used + 1
+            if msg == "zero":
+                msg = "the gradient and the finite differences were zero on every draw"
             note = note or msg
         if used == 0:
             return CheckReport(False, float("inf"), tol, sizes, domains, 0, 0,
@@ -365,9 +370,10 @@ def _derive_one(expr, typed, wrt) -> Derivation:
                           + ", ".join(names))
     primal = stabilize(typed.expr)
     user_names = {node: name for name, node in (typed.definitions or {}).items()}
-    names = dict(user_names)
-    names.update(auto_names([primal], set(typed.symbols) | set(user_names.values()), user_names))
     dlam, rules, dmemo = differential(primal, wrt)
+    names = dict(user_names)
+    roots = [primal] if dlam is None else [primal, dlam]
+    names.update(auto_names(roots, set(typed.symbols) | set(user_names.values()), user_names))
     for node, name in list(names.items()):
         dn = dmemo.get(node)
         if dn is not None and dn.op != "delta" and dn not in names:

@@ -155,5 +155,5 @@ def finite_difference_check(f, grad, inputs: dict, wrt: str, rng, h: float = 1e-
         return float("inf"), len(fd), "non-finite values"
     scale = max(float(np.max(np.abs(fd))), float(np.max(np.abs(an))), float(np.max(np.abs(G))) if G.size else 0.0)
     if scale < 1e-12:
-        return 0.0, len(fd), ""
+        return 0.0, len(fd), "zero"
     return float(np.max(np.abs(fd - an)) / scale), len(fd), ""

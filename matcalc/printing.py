@@ -61,6 +61,8 @@ class TextPrinter:
         if op == "delta":
             return "d" + e.attr, ATOM
         if op == "const":
+            if e.shape[0] == 1 and e.shape[1] != 1:  # a row of ones reads 1.T
+                return fmt_number(e.attr) + ".T", (POST if e.attr >= 0 else NEG)
             return fmt_number(e.attr), (ATOM if e.attr >= 0 else NEG)
         if op == "eye":
             return "I", ATOM
@@ -175,7 +177,7 @@ class LatexPrinter(TextPrinter):
         if op == "const":
             s = fmt_number(abs(e.attr))
             if e.shape != SCALAR and e.attr == 1.0:
-                s = "\\mathbf{1}"
+                s = "\\mathbf{1}^{\\top}" if e.shape[0] == 1 else "\\mathbf{1}"
             return ("-" + s if e.attr < 0 else s), (ATOM if e.attr >= 0 else NEG)
         if op == "eye":
             return "I", ATOM
@@ -190,8 +192,12 @@ class LatexPrinter(TextPrinter):
             negative, pos = _neg_split(e)
             fs = pos.args if pos.op == "mul" else (pos,)
             out = ""
+            arrays = sum(f.shape != SCALAR for f in fs)
             for i, f in enumerate(fs):
-                s = self.wrap(f, PROD) if i == 0 else self.wrap(f, PROD, strict=f.op not in ("matmul",))
+                # juxtaposition binds tighter than ∘: (W^T(p - 1)) ∘ h needs its brackets
+                tight = f.op in ("matmul", "div") and arrays > 1 and f.shape != SCALAR
+                s = self.wrap(f, PROD, strict=tight) if i == 0 else \
+                    self.wrap(f, PROD, strict=tight or f.op not in ("matmul",))
                 if i == 0:
                     out = s
                 elif f.shape == SCALAR or fs[i - 1].shape == SCALAR:
@@ -202,7 +208,8 @@ class LatexPrinter(TextPrinter):
                 return "-" + out, (NEG if len(fs) == 1 else PROD)
             return out, PROD
         if op == "matmul":
-            return f"{self.wrap(e.args[0], PROD)} {self.wrap(e.args[1], PROD, strict=True)}", PROD
+            a, b = e.args
+            return f"{self.wrap(a, PROD, strict=_hadamard(a))} {self.wrap(b, PROD, strict=True)}", PROD
         if op == "div":
             a, b = e.args
             if e.shape == SCALAR:
@@ -235,6 +242,12 @@ class LatexPrinter(TextPrinter):
             return f"\\left\\|{s}\\right\\|_{{1}}", ATOM
         name = _TEX_FUNCS.get(op, "\\operatorname{" + op + "}")
         return f"{name}\\left({s}\\right)", ATOM
+
+
+def _hadamard(e: Expr) -> bool:
+    """A product with two or more array factors (printed with ∘)."""
+    return (e.op == "mul" and sum(f.shape != SCALAR for f in e.args) > 1) or \
+        (e.op == "div" and e.shape != SCALAR)
 
 
 def to_latex(e: Expr, names: dict | None = None) -> str:

@@ -271,14 +271,31 @@ class _Typer:
                          f"{self.text(a)} is {self.describe(sa)} and {self.text(b)} is {self.describe(sb)}")
         return (1, 1)
 
+    def ones_operand(self, node):
+        """The AST node of a literal 1 (or 1ᵀ) used as an operand of @, else None."""
+        if node.kind == "T" and node.children[0].kind == "num" and node.children[0].value == 1.0:
+            return node.children[0]
+        return node if node.kind == "num" and node.value == 1.0 else None
+
+    def set_ones(self, operand, one, shape):
+        """Give the literal 1 of an @ operand (maybe transposed) the all-ones shape it needs."""
+        self.shape[id(operand)] = shape
+        self.special[id(one)] = shape if one is operand else (shape[1], shape[0])
+        if one is not operand:
+            self.shape[id(one)] = (shape[1], shape[0])
+
     def matmul(self, n, kid):
         (a, b), (sa, sb) = n.children, kid
-        if a.kind == "num" and a.value == 1.0 and not self.is_scalar(sb):
-            sa = (1, sb[0])
-            self.special[id(a)] = sa
-        elif b.kind == "num" and b.value == 1.0 and not self.is_scalar(sa):
-            sb = (sa[1], 1)
-            self.special[id(b)] = sb
+        one_a, one_b = self.ones_operand(a), self.ones_operand(b)
+        if one_a is not None and not self.is_scalar(sb):
+            sa = (1, sb[0])  # 1@X or 1ᵀ@X: a row of ones, the column sums of X
+            self.set_ones(a, one_a, sa)
+        elif one_b is not None and not self.is_scalar(sa):
+            if one_b is not b and self.find(sa[1]) == 1:
+                sb = (1, self.fresh())  # v@1ᵀ: an outer product with a row of ones
+            else:
+                sb = (sa[1], 1)  # X@1: a column of ones, the row sums of X
+            self.set_ones(b, one_b, sb)
         ra, ca = (self.find(d) for d in sa)
         rb, cb = (self.find(d) for d in sb)
         if ca == 1 and ra != 1 and cb == 1 and rb != 1:

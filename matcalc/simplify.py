@@ -257,6 +257,8 @@ def s_matmul(a: Expr, b: Expr) -> Expr:
         return a
     if a.shape == SCALAR or b.shape == SCALAR:
         return s_mul(a, b)
+    if a.op == "const" and b.op == "const" and a.shape[1] == 1:  # 1 1ᵀ = 1
+        return const(a.attr * b.attr, shape)
     sa, a2 = _split_scalars(a)
     sb, b2 = _split_scalars(b)
     if sa or sb:
