@@ -306,7 +306,10 @@ class Derivation:
                "shape": list(self.shape), "shape_text": self.shape_text,
                "steps": [{"before": to_text(s.before), "after": to_text(s.after), "identity": s.identity}
                          for s in self.steps],
-               "numpy_source": self.numpy_source}
+               "numpy_source": self.numpy_source, "short_gradient": self.short_text,
+               "definitions": self.definitions, "shape_reason": self.shape_reason,
+               "numerator_layout": {"gradient": self.layout("numerator")[0],
+                                    "shape": list(self.layout("numerator")[1])}}
         if check is not None:
             out["check"] = check.to_dict()
         return out

@@ -33,6 +33,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the variable (repeat for several)")
     d.add_argument("--shape", action="append", default=[], metavar="NAME=DIMS",
                    help="declare a shape: W=a,b  x=b  alpha=scalar  (ints allowed: W=n,3)")
+    d.add_argument("--let", action="append", default=[], metavar="NAME=EXPR", dest="let",
+                   help="name an intermediate quantity, e.g. --let l=W@x+c --let p=exp(l)")
+    d.add_argument("--layout", choices=["denominator", "numerator"], default="denominator",
+                   help="denominator (default): ∂λ/∂W has W's shape; numerator: its transpose")
     d.add_argument("--steps", action="store_true", help="print the derivation step by step")
     d.add_argument("--latex", action="store_true", help="print the gradient in LaTeX")
     d.add_argument("--code", action="store_true", help="print the NumPy source of the gradient")
@@ -55,17 +59,30 @@ def parse_shapes(items) -> dict:
     return shapes
 
 
+def parse_lets(items) -> dict:
+    from .errors import DeriveError
+
+    out = {}
+    for item in items:
+        name, sep, expr = item.partition("=")
+        if not sep or not name.strip() or not expr.strip():
+            raise DeriveError(f"--let takes NAME=EXPR (like l=W@x+c), got {item!r}")
+        out[name.strip()] = expr
+    return out
+
+
 def run(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.command != "derive":
         build_parser().print_help(sys.stderr)
         return EXIT_REFUSED
-    from .api import derive
+    from .api import derive, shape_str
     from .errors import MatcalcError
 
     try:
         shapes = parse_shapes(args.shape)
-        results = derive(args.expr, wrt=list(args.wrt), shapes=shapes)
+        results = derive(args.expr, wrt=list(args.wrt), shapes=shapes,
+                         definitions=parse_lets(args.let) or None)
     except MatcalcError as e:
         print(f"matcalc: {e}", file=sys.stderr)
         return EXIT_REFUSED
@@ -84,9 +101,18 @@ def run(argv=None) -> int:
             out.extend(d.derivation_lines())
         else:
             out.append(f"∂λ/∂{w} = {d.text}")
-            out.append(f"shape: {d.shape_text} (the shape of {w})")
+            if d.short_text != d.text:
+                where = ", ".join(f"{k} = {v}" for k, v in d.definitions.items())
+                out.append(f"{' ' * (len(w) + 4)} = {d.short_text}    where {where}")
+            out.append(f"shape: {d.shape_text}; {d.shape_reason}")
+        if args.layout == "numerator":
+            text, shape = d.layout("numerator")
+            out.append(f"numerator layout: ∂λ/∂{w} = {text}, shape {shape_str(shape)} "
+                       f"(the transpose of the gradient)")
         if args.latex:
             out.append(f"latex: {d.latex}")
+            if args.steps:
+                out.append(d.steps_latex)
         if args.code:
             out.append(d.numpy_source.rstrip())
         if report is not None:

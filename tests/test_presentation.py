@@ -1,0 +1,151 @@
+"""Derivations people can read: names, steps, shapes, LaTeX that a real renderer accepts,
+results no longer than the textbook form, Jupyter display."""
+import ast
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import matcalc
+from conftest import load_corpus
+
+VAE = "alpha*(exp(W@x+c)-W@x-c+m*m-1):1"
+RELU = "0.5*(exp(W1@relu(W0@x+b0)+b1) - (W1@relu(W0@x+b0)+b1) + m*m - 1):1"
+CORPUS = load_corpus()
+
+
+def test_user_definitions_name_the_result_and_the_steps():
+    d = matcalc.derive("alpha*(p - l + m*m - 1):1", wrt="W", definitions={"l": "W@x+c", "p": "exp(l)"})
+    assert d.text == "alpha*(p - 1)@x.T"
+    lines = d.derivation_lines()
+    assert lines[2].startswith("dλ = alpha*(dp - dl):1")
+    body = "\n".join(lines)
+    assert "[dp = p*dl]" in body and "[dl = dW@x]" in body
+    assert "alpha*(p - 1):dl" in body
+    assert "alpha*(p - 1)@x.T:dW    [A:BC = ACᵀ:B]" in body
+    # where= is the same thing, and the full expression written out gives the same names
+    e = matcalc.derive(VAE, wrt="W", where={"l": "W@x+c", "p": "exp(l)"})
+    assert e.text == "alpha*(p - 1)@x.T"
+
+
+def test_automatic_names_for_the_vae_and_relu_examples():
+    d = matcalc.derive(VAE, wrt="W")
+    assert d.text == "alpha*(exp(W@x + c) - 1)@x.T"   # the full answer stays re-parseable alone
+    assert d.definitions == {"z": "W@x + c", "p": "exp(z)"}
+    assert d.short_text == "alpha*(p - 1)@x.T"
+    r = matcalc.derive(RELU, wrt="W0")
+    assert r.definitions["h"] == "step(z1)" and r.definitions["z1"] == "W0@x + b0"
+    assert r.short_text == "0.5*((W1.T@(p - 1))*h)@x.T"
+
+
+def test_steps_end_in_the_canonical_form_and_cite_identities():
+    d = matcalc.derive("G:exp(X@W)", wrt="X")
+    last = d.steps[-1]
+    assert last.after.op == "frob" and last.after.args[1].op == "delta"
+    assert {s.identity for s in d.steps} >= {"A:(B∘C) = (A∘B):C", "A:BC = ACᵀ:B"}
+    for s in d.steps:
+        assert s.identity and s.before is not None and s.after is not None
+
+
+def test_shapes_and_layouts():
+    d = matcalc.derive("G:(X@W)", wrt="W", shapes={"X": ("n", "d"), "W": ("d", "m"), "G": ("n", "m")})
+    assert d.shape == ("d", "m") and "shape of W" in d.shape_reason
+    assert d.layout("denominator") == ("X.T@G", ("d", "m"))
+    assert d.layout("numerator") == ("G.T@X", ("m", "d"))
+    v = matcalc.derive("x.T@a", wrt="x")
+    assert v.layout("numerator")[1] == (1, "a")
+    with pytest.raises(matcalc.MatcalcError):
+        d.layout("sideways")
+
+
+def _ops(e):
+    """Operators in the printed result; transposes are notation, a - b is one operator."""
+    if not e.args:
+        return 0
+    if e.op == "T":
+        return _ops(e.args[0])
+    if e.op == "add":
+        inner = 0
+        for t in e.args:
+            neg = t.op == "mul" and len(t.args) == 2 and t.args[0].op == "const" and t.args[0].attr == -1
+            inner += _ops(t.args[1]) if neg else _ops(t)
+        return inner + len(e.args) - 1
+    if e.op == "mul":
+        return sum(_ops(a) for a in e.args) + len(e.args) - 1
+    return sum(_ops(a) for a in e.args) + 1
+
+
+def _py_ops(src):
+    return sum(isinstance(n, (ast.BinOp, ast.UnaryOp, ast.Call)) for n in ast.walk(ast.parse(src, mode="eval")))
+
+
+@pytest.mark.parametrize("case", CORPUS, ids=[c["id"] for c in CORPUS])
+def test_result_is_no_longer_than_the_reference(case):
+    d = matcalc.derive(case["expr"], wrt=case["wrt"], shapes=case["shapes"])
+    assert _ops(d.gradient) <= _py_ops(case["reference"]), (d.text, case["reference"])
+    for bad in ("1*", "*1)", "@I", "Diag(", ".T.T"):
+        assert bad not in d.text, d.text
+    assert not d.text.endswith("*1")
+
+
+def test_jupyter_display():
+    d = matcalc.derive(VAE, wrt="W")
+    md = d._repr_markdown_()
+    assert md.startswith("$$") and "<details>" in md and "\\begin{aligned}" in md
+    assert d._repr_latex_().startswith("$") and d._repr_latex_().endswith("$")
+    assert "\\frac{\\partial \\lambda}{\\partial W}" in d._repr_latex_()
+
+
+def _katex():
+    node = shutil.which("node")
+    script = Path(__file__).parent / "js" / "render_katex.js"
+    if node is None:
+        return None
+    env = dict(os.environ)
+    extra = os.environ.get("MATCALC_KATEX_DIR")
+    if extra:
+        env["NODE_PATH"] = str(Path(extra) / "node_modules")
+    probe = subprocess.run([node, "-e", "require('katex')"], env=env, capture_output=True)
+    return (node, script, env) if probe.returncode == 0 else None
+
+
+def test_latex_of_every_corpus_case_renders():
+    """Every result, every step and the whole derivation block render in KaTeX (strict)."""
+    found = _katex()
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail("KaTeX is not installed: .ci/run installs it with npm")
+        pytest.skip("node with the katex package is not available (npm install katex)")
+    node, script, env = found
+    texts = []
+    for case in CORPUS:
+        for d in matcalc.derive(case["expr"], wrt=[case["wrt"]], shapes=case["shapes"]).values():
+            texts += [d.latex, d.short_latex, d.steps_latex, d._repr_latex_().strip("$")]
+    texts.append(matcalc.derive(RELU, wrt="W0").steps_latex)
+    r = subprocess.run([node, str(script)], input=json.dumps(texts), capture_output=True, text=True,
+                       env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    errors = [(t, e) for t, e in zip(texts, json.loads(r.stdout)) if e]
+    assert not errors, errors[:3]
+
+
+def test_cli_let_layout_and_steps():
+    run = lambda *a: subprocess.run([sys.executable, "-m", "matcalc", *a], capture_output=True,  # noqa: E731
+                                    text=True, timeout=60)
+    r = run("derive", "alpha*(p - l + m*m - 1):1", "--wrt", "W", "--let", "l=W@x+c", "--let", "p=exp(l)",
+            "--layout", "numerator")
+    assert r.returncode == 0, r.stderr
+    assert "∂λ/∂W = alpha*(p - 1)@x.T" in r.stdout
+    assert "numerator layout" in r.stdout and "(b, a)" in r.stdout
+    r = run("derive", VAE, "--wrt", "W", "--steps")
+    assert r.returncode == 0
+    lines = r.stdout.splitlines()
+    assert lines[-2] == "∂λ/∂W = alpha*(p - 1)@x.T"
+    assert any(ln.strip().endswith("[A:BC = ACᵀ:B]") and ln.strip().startswith("= alpha*(p - 1)@x.T:dW")
+               for ln in lines)
+    r = run("derive", "x:1", "--wrt", "x", "--let", "bad")
+    assert r.returncode == 2 and "NAME=EXPR" in r.stderr
