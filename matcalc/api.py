@@ -29,6 +29,7 @@ class GradientFunction:
         self.params = params            # user name -> python name
         self.user_shapes = user_shapes  # user name -> () / (n,) / (m, n)
         self._f = compile_function(source, fname)
+        self.emitted = self._f  # the emitted function itself: no argument checks, Python-safe names
         self._keys = set(params)
         self._same_names = all(k == v for k, v in params.items())
         self._ndims = [(k, len(user_shapes[k])) for k in params]
