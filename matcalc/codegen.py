@@ -119,7 +119,7 @@ class Emitter:
                 continue
             s = self.node(n, [code[a] for a in n.args])
             d = 1 + max((depth[a] for a in n.args), default=0)
-            if n.args and (uses.get(n, 0) > 1 or d > 12):
+            if n.args and (uses.get(n, 0) > 1 or d > 12) and not s.isidentifier():
                 self.temps.add(n)
                 name = f"t{self.counter}"
                 self.counter += 1

@@ -384,6 +384,10 @@ def s_func(name: str, a: Expr) -> Expr:
             pass
     if name in ("sum", "tr") and a.shape == SCALAR:
         return a
+    if name in ("sum", "tr") and a.op == "mul":  # sum(βX) = β sum(X)
+        sc, arr = _split_scalars(a)
+        if sc and arr.shape == a.shape:
+            return s_mul(*sc, s_func(name, arr))
     if name == "tr" and a.op == "T":
         return s_func("tr", a.args[0])
     if name == "inv":
