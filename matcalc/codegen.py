@@ -23,6 +23,15 @@ HELPERS = {
     m = np.max(z)
     return m + np.log(np.sum(np.exp(z - m)))
 ''',
+    "_logdet": '''def _logdet(X):
+    # log|det X|: through Cholesky when X is symmetric positive definite, else through LU
+    if np.array_equal(X, X.T):
+        try:
+            return 2.0 * np.sum(np.log(np.diagonal(np.linalg.cholesky(X))))
+        except np.linalg.LinAlgError:
+            pass
+    return np.linalg.slogdet(X)[1]
+''',
     "_softmax": '''def _softmax(z):
     e = np.exp(z - np.max(z))
     return e / np.sum(e)
@@ -36,7 +45,7 @@ TEMPLATES = {
     "relu": "np.maximum({}, 0.0)", "step": "np.heaviside({}, 0.0)", "abs": "np.abs({})",
     "sign": "np.sign({})", "softplus": "np.logaddexp(0.0, {})",
     "sum": "np.sum({})", "tr": "np.trace({})", "det": "np.linalg.det({})",
-    "logdet": "np.linalg.slogdet({})[1]", "inv": "np.linalg.inv({})", "diag": "np.diag({})",
+    "logdet": "_logdet({})", "inv": "np.linalg.inv({})", "diag": "np.diag({})",
     "Diag": "np.diag({})", "norm2": "np.linalg.norm({})", "norm1": "np.sum(np.abs({}))",
     "logsumexp": "_logsumexp({})", "softmax": "_softmax({})",
 }
