@@ -32,8 +32,12 @@ class GradientFunction:
         self.emitted = self._f  # the emitted function itself: no argument checks, Python-safe names
         self._keys = set(params)
         self._same_names = all(k == v for k, v in params.items())
+        # a declared size-1 dimension is squeezed inside the emitted code: no fast path then
+        self._fast = self._same_names and not any(d == 1 for sh in user_shapes.values() for d in sh)
+        self._out_shape = out_shape  # the declared shape of the result (None: as computed)
         self._ndims = [(k, len(user_shapes[k])) for k in params]
         self._ndarray = np.ndarray
+        self._np = np
         # the dimension constraints between arguments, checked on every fast call
         first: dict = {}
         self._same_dims, self._fixed_dims = [], []
@@ -71,6 +75,13 @@ class GradientFunction:
                 continue
             if len(shape) == 1 and arr.ndim == 2 and 1 in arr.shape:
                 arr = arr.reshape(-1)
+            if arr.ndim == len(shape) and any(d == 1 for d in shape):
+                for d, s in zip(shape, arr.shape):
+                    if d == 1 and s != 1:
+                        raise ShapeError(f"{name} must have shape {shape}, got {arr.shape}")
+                squeezed = [s for d, s in zip(shape, arr.shape) if d != 1]
+                out[self.params[name]] = float(arr.reshape(())) if not squeezed else arr.reshape(squeezed)
+                continue
             if arr.ndim != len(shape):
                 kind = "vector (1-D array)" if len(shape) == 1 else "matrix (2-D array)"
                 raise ShapeError(f"{name} must be a {kind} of shape {shape}, got shape {arr.shape}")
@@ -82,9 +93,9 @@ class GradientFunction:
             out[self.params[name]] = arr
         return out
 
-    def __call__(self, **kwargs):
+    def __call__(self, /, **kwargs):
         # fast path: float64 arrays of the right ranks under their own names
-        if self._same_names and kwargs.keys() == self._keys:
+        if self._fast and kwargs.keys() == self._keys:
             nd = self._ndarray
             for k, d in self._ndims:
                 v = kwargs[k]
@@ -97,7 +108,18 @@ class GradientFunction:
                 if all(kwargs[k1].shape[a1] == kwargs[k2].shape[a2] for k1, a1, k2, a2 in self._same_dims) \
                         and all(kwargs[k].shape[a] == d for k, a, d in self._fixed_dims):
                     return self._f(**kwargs)
-        return self._f(**self.convert(kwargs))
+        out = self._f(**self.convert(kwargs))
+        if self._out_shape is not None and any(d == 1 for d in self._out_shape):
+            out = self._np.reshape(out, self._concrete_out(kwargs))
+        return out
+
+    def _concrete_out(self, kwargs):
+        np = self._np
+        sizes = {}
+        for name, shape in self.user_shapes.items():
+            for d, s in zip(shape, np.shape(kwargs[name])):
+                sizes.setdefault(d, s)
+        return tuple(d if isinstance(d, int) else sizes[d] for d in self._out_shape)
 
 
 class Derivation:
@@ -250,7 +272,7 @@ class Derivation:
     @cached_property
     def function(self) -> GradientFunction:
         src, params, fname = self._grad_source
-        return GradientFunction(self.numpy_source, fname, params, self.user_shapes)
+        return GradientFunction(self.numpy_source, fname, params, self.user_shapes, self.shape)
 
     @cached_property
     def value_function(self) -> GradientFunction:

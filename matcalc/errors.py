@@ -22,9 +22,11 @@ class MatcalcError(Exception):
 
     def render(self) -> str:
         head = f"{self.kind}: {self.message}"
+        head = "".join(ch if ch.isprintable() else " " for ch in head)
         if self.source is None or self.start is None:
             return head
-        line = self.source.replace("\n", " ").replace("\t", " ")
+        # one display column per character: line breaks, tabs and control characters become spaces
+        line = "".join(ch if ch.isprintable() else " " for ch in self.source)
         start = min(max(self.start, 0), len(line))
         end = max(min(self.end if self.end is not None else start + 1, len(line)), start + 1)
         if len(line) > 200:  # show a window around the column for very long input

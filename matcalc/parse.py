@@ -2,6 +2,7 @@
 lark's parse tree into a small AST that keeps the source span of every node."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -126,7 +127,10 @@ def _convert(tree, source: str) -> Node:
 def _build(kind: str, kids: list, source: str) -> Node:
     s, e = _span(kids)
     if kind == "number":
-        return Node("num", (), s, e, float(kids[0]))
+        value = float(kids[0])
+        if not math.isfinite(value):
+            raise ParseError(f"the number {str(kids[0])[:30]} is too large for float64", source, s, e)
+        return Node("num", (), s, e, value)
     if kind == "name":
         return Node("name", (), s, e, str(kids[0]))
     if kind == "paren":

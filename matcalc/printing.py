@@ -11,6 +11,8 @@ ADD, FROB, PROD, NEG, POW, POST, ATOM = 1, 2, 3, 4, 5, 6, 7
 
 
 def fmt_number(v: float) -> str:
+    if v != v or v in (float("inf"), float("-inf")):
+        return repr(v)  # only an overflow while folding makes one; it does not re-parse
     if v == int(v) and abs(v) < 1e15:
         return str(int(v))
     return repr(v)

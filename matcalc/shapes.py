@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 
 from . import ir
-from .errors import ParseError, ShapeError
+from .errors import DeriveError, ParseError, ShapeError
 from .parse import Node
 
 GREEK = {"alpha", "beta", "gamma", "delta", "epsilon", "varepsilon", "zeta", "eta", "theta",
@@ -27,6 +27,7 @@ ALIASES = {"trace": "tr", "Tr": "tr", "ln": "log"}
 IDENTITY_NAMES = ("I", "eye")
 
 _DIM_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MAX_DIM = 10 ** 6
 
 
 def default_kind(name: str) -> int:
@@ -83,10 +84,10 @@ def parse_declaration(name: str, spec) -> tuple:
     for d in spec:
         if isinstance(d, bool):
             raise ShapeError(f"bad dimension {d!r} in the shape of {name}")
-        if isinstance(d, int) or (isinstance(d, str) and d.strip().isdigit()):
+        if isinstance(d, int) or (isinstance(d, str) and d.strip().isascii() and d.strip().isdigit()):
             d = int(d)
-            if d < 1:
-                raise ShapeError(f"dimension {d} in the shape of {name} must be at least 1")
+            if d < 1 or d > MAX_DIM:
+                raise ShapeError(f"dimension {d} in the shape of {name} must be between 1 and {MAX_DIM}")
             dims.append(d)
         elif isinstance(d, str) and _DIM_RE.match(d.strip()):
             dims.append(d.strip())
@@ -165,7 +166,9 @@ class _Typer:
         return ir.describe((r, c))
 
     def text(self, node: Node) -> str:
-        return self.source[node.start:node.end]
+        """The source of a sub-expression, shortened for messages."""
+        t = self.source[node.start:node.end]
+        return t if len(t) <= 60 else t[:28] + " … " + t[-28:]
 
     def fail(self, node: Node, message: str):
         raise ShapeError(message, self.source, node.start, node.end)
@@ -198,8 +201,8 @@ class _Typer:
             self.shape[id(node)] = self.rule(node)
         for node, v in self.eyes:
             if isinstance(self.find(v), Var) and self.find(v) not in self._bound_vars():
-                self.fail(node, f"cannot tell the size of {self.text(node)} from its context "
-                                "(it is used only with scalars)")
+                self.fail(node, f"cannot tell the size of {self.text(node)} from its context: "
+                                "nothing else in the expression has that dimension")
         return self.shape[id(root)]
 
     def _bound_vars(self):
@@ -232,10 +235,16 @@ class _Typer:
             op = n.value
             if op == "@":
                 return self.matmul(n, kid)
+            if op == "/" and n.children[1].kind == "num" and n.children[1].value == 0.0:
+                raise DeriveError(f"division by zero in {self.text(n)}", self.source,
+                                  n.children[1].start, n.children[1].end)
             return self.broadcast(n, n.children, kid, "multiply" if op == "*" else "divide")
         if k == "frob":
             return self.frob(n, kid)
         if k == "pow":
+            base, ex = n.children
+            if base.kind == "num" and base.value == 0.0 and ex.kind == "neg":
+                raise DeriveError(f"division by zero in {self.text(n)}", self.source, n.start, n.end)
             if kid[1] != (1, 1):
                 self.fail(n.children[1], f"the exponent {self.text(n.children[1])} must be a scalar, "
                                          f"it is {self.describe(kid[1])}")
@@ -293,6 +302,7 @@ class _Typer:
         elif one_b is not None and not self.is_scalar(sa):
             if one_b is not b and self.find(sa[1]) == 1:
                 sb = (1, self.fresh())  # v@1ᵀ: an outer product with a row of ones
+                self.eyes.append((b, sb[1]))
             else:
                 sb = (sa[1], 1)  # X@1: a column of ones, the row sums of X
             self.set_ones(b, one_b, sb)
@@ -424,6 +434,8 @@ def typecheck(ast: Node, source: str, declared: dict | None = None,
     the ones before it (``{"l": "W@x+c", "p": "exp(l)"}``)."""
     from .parse import parse
 
+    if declared is not None and not isinstance(declared, dict):
+        raise ShapeError(f"shapes must be a dict name -> dimensions, got {type(declared).__name__}")
     t = _Typer(source, declared or {})
     t.def_ast, t.def_ir = {}, {}
     parsed = []

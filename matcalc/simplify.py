@@ -125,6 +125,8 @@ def _s_add(terms) -> Expr:
             total += c
         else:
             coeffs[core] = coeffs.get(core, 0.0) + c
+    if not math.isfinite(total) or not all(math.isfinite(c) for c in coeffs.values()):
+        return Expr("add", tuple(flat), None, shape)  # an overflow: leave the sum alone
     items = [(core, c) for core, c in coeffs.items() if c != 0.0]
     if not items:
         return const(total, shape)
@@ -214,10 +216,18 @@ def s_mul(*fs: Expr) -> Expr:
         else:
             rest.append(f)
     if denominators and c != 0.0:
+        for d in list(denominators):  # x∘y⊘x = y
+            if d in rest:
+                rest.remove(d)
+                denominators.remove(d)
+        if not denominators:
+            return s_mul(const(c), *rest) if rest else const(c, shape)
         num = s_mul(*rest) if rest else const(1.0)
         q = _div_node(num, s_mul(*denominators), shape)
         return q if c == 1.0 else Expr("mul", (const(c), q), None, shape)
     rest = _collect_powers(rest)
+    if not math.isfinite(c):  # an overflow: keep the factors as they are
+        return Expr("mul", tuple(flat), None, shape)
     if c == 0.0 or not rest:
         return const(c, shape)
     reach = ir._broadcast([f.shape for f in rest])
@@ -351,7 +361,9 @@ def s_pow(a: Expr, k: Expr) -> Expr:
             return const(1.0, a.shape)
         if a.op == "const":
             try:
-                return const(a.attr ** k.attr, a.shape)
+                v = a.attr ** k.attr
+                if isinstance(v, float) and math.isfinite(v):
+                    return const(v, a.shape)
             except (OverflowError, ZeroDivisionError):
                 pass
     return Expr("pow", (a, k), None, a.shape)
@@ -376,12 +388,25 @@ _FOLD = {"exp": math.exp, "log": math.log, "sqrt": math.sqrt, "sin": math.sin, "
          "softplus": lambda v: math.log1p(math.exp(v))}
 
 
+_SCALAR_FORMS = {
+    "det": lambda a: a,
+    "diag": lambda a: a,
+    "Diag": lambda a: a,
+    "inv": lambda a: s_div(const(1.0), a),
+    "logdet": lambda a: s_func("log", s_func("abs", a)),
+}
+
+
 def s_func(name: str, a: Expr) -> Expr:
     if a.op == "const" and name in _FOLD:
         try:
-            return const(_FOLD[name](a.attr), a.shape)
+            v = float(_FOLD[name](a.attr))
+            if math.isfinite(v):
+                return const(v, a.shape)
         except (ValueError, OverflowError):
             pass
+    if a.shape == SCALAR and name in _SCALAR_FORMS:  # det(β) = β, inv(β) = 1/β, …
+        return _SCALAR_FORMS[name](a)
     if name in ("sum", "tr") and a.shape == SCALAR:
         return a
     if name in ("sum", "tr") and a.op == "mul":  # sum(βX) = β sum(X)
