@@ -105,6 +105,11 @@ class Step:
         return f"{to_text(self.after)}    ({self.identity})"
 
 
+def factors_of_sum(e: Expr):
+    """The terms of a running sum of contributions (kept flat, never nested)."""
+    return e.args if e.op == "add" and getattr(e, "shape", None) is not None else (e,)
+
+
 def term(cot: Expr, node: Expr) -> Expr:
     """The term C : L of the running form (a scalar coefficient just multiplies)."""
     if cot.shape == SCALAR and node.shape == SCALAR:
@@ -188,7 +193,7 @@ def pullback(dlam: Expr | None, dW: Expr | None, record: bool = True, names: dic
             contrib = simplify(contrib)
             if contrib.op == "const" and contrib.attr == 0.0:
                 continue
-            cot[child] = ir.add(cot[child], contrib) if child in cot else contrib
+            cot[child] = ir.add(*factors_of_sum(cot[child]), contrib) if child in cot else contrib
         if record:
             after = _state(cot)
             if after is not current:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import difflib
+import sys
 from functools import cached_property
 
 from . import ir
@@ -9,10 +10,18 @@ from .adjoint import Step, pullback
 from .differential import differential
 from .errors import DeriveError, MatcalcError, ShapeError
 from .parse import parse
-from .naming import auto_names, definitions_in_order
+from .naming import auto_names, definitions_in_order, shared_names, tree_size
 from .printing import tex_name, to_latex, to_text
 from .shapes import typecheck
 from .simplify import simplify, stabilize
+
+
+# expressions are at most parse.MAX_DEPTH deep; their derivatives and printers recurse a few
+# frames per level, which the default limit of 1000 does not always cover
+sys.setrecursionlimit(max(sys.getrecursionlimit(), 20000))
+
+
+MAX_TREE = 3000  # results larger than this, written out as a tree, are printed with names
 
 
 class GradientFunction:
@@ -140,6 +149,10 @@ class Derivation:
         taken = set(typed.symbols) | set(user_names.values())
         extra = auto_names([G], taken | set(names.values()), names)
         self._names = {**names, **extra}  # user and automatic names, and d-names (d:z)
+        if tree_size(G) > MAX_TREE:  # written out it would be huge: name the shared parts
+            shared = shared_names([G], taken | set(self._names.values()), self._names)
+            self._user_names = {**user_names, **shared}
+            self._names.update(shared)
 
     # ---- the answer
     @cached_property
@@ -216,13 +229,16 @@ class Derivation:
             lines.append("where " + ", ".join(f"{k} = {v}" for k, v in self.definitions.items()))
         for i, st in enumerate(self.steps):
             prefix = "dλ = " if i == 0 else "   = "
-            shown = {k: v for k, v in names.items() if k not in st.expanded}
-            lines.append(f"{prefix}{to_text(st.after, shown)}    [{st.identity}]")
+            lines.append(f"{prefix}{to_text(st.after, self._step_names(st))}    [{st.identity}]")
         if not self.steps:
             lines.append("dλ = 0    [λ does not change with " + self.wrt + "]")
         lines.append(f"∂λ/∂{self.wrt} = {self.short_text}")
         lines.append(f"shape {self.shape_text}: {self.shape_reason}")
         return lines
+
+    def _step_names(self, step):
+        """The names a step is printed with: all but those written out by then."""
+        return {k: v for k, v in self._names.items() if k not in step.expanded}
 
     def _prim_names(self):
         return {k: v for k, v in self._names.items() if not v.startswith("d:")}
@@ -237,7 +253,7 @@ class Derivation:
             rows.append(f"{tex_name(name)} &= {to_latex(node, shown)}")
         for i, st in enumerate(self.steps):
             lhs = "\\mathrm{d}\\lambda &= " if i == 0 else "&= "
-            shown = {k: v for k, v in self._names.items() if k not in st.expanded}
+            shown = self._step_names(st)
             note = st.identity_latex or f"\\text{{{_tex_escape(st.identity)}}}"
             rows.append(f"{lhs}{to_latex(st.after, shown)} && {note}")
         rows.append(f"\\frac{{\\partial \\lambda}}{{\\partial {tex_name(self.wrt)}}} &= {self.short_latex}"
@@ -327,7 +343,8 @@ class Derivation:
     def to_dict(self, check=None) -> dict:
         out = {"wrt": self.wrt, "expr": self.expr, "gradient": self.text, "latex": self.latex,
                "shape": list(self.shape), "shape_text": self.shape_text,
-               "steps": [{"before": to_text(s.before), "after": to_text(s.after), "identity": s.identity}
+               "steps": [{"before": to_text(s.before, self._step_names(s)),
+                          "after": to_text(s.after, self._step_names(s)), "identity": s.identity}
                          for s in self.steps],
                "numpy_source": self.numpy_source, "short_gradient": self.short_text,
                "definitions": self.definitions, "shape_reason": self.shape_reason,

@@ -17,7 +17,7 @@ from .ir import SCALAR, Expr
 
 HELPERS = {
     "_sigmoid": '''def _sigmoid(z):
-    return 0.5 * (1.0 + np.tanh(0.5 * z))
+    return np.exp(-np.logaddexp(0.0, -z))
 ''',
     "_logsumexp": '''def _logsumexp(z):
     m = np.max(z)
@@ -31,6 +31,13 @@ HELPERS = {
         except np.linalg.LinAlgError:
             pass
     return np.linalg.slogdet(X)[1]
+''',
+    "_norm2": '''def _norm2(x):
+    n = np.linalg.norm(x)
+    if 0.0 < n < np.inf:
+        return n
+    m = np.max(np.abs(x))  # the sum of squares under- or overflowed: scale first
+    return m * np.linalg.norm(x / m) if 0.0 < m < np.inf else n
 ''',
     "_softmax": '''def _softmax(z):
     e = np.exp(z - np.max(z))
@@ -46,7 +53,7 @@ TEMPLATES = {
     "sign": "np.sign({})", "softplus": "np.logaddexp(0.0, {})",
     "sum": "np.sum({})", "tr": "np.trace({})", "det": "np.linalg.det({})",
     "logdet": "_logdet({})", "inv": "np.linalg.inv({})", "diag": "np.diag({})",
-    "Diag": "np.diag({})", "norm2": "np.linalg.norm({})", "norm1": "np.sum(np.abs({}))",
+    "Diag": "np.diag({})", "norm2": "_norm2({})", "norm1": "np.sum(np.abs({}))",
     "logsumexp": "_logsumexp({})", "softmax": "_softmax({})",
 }
 

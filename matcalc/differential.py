@@ -95,7 +95,7 @@ jvp_rules: dict[str, Callable] = {
     "det": lambda e, d: mul(e, _tr_inv_dx(e.args[0], d[0])),
     "logdet": lambda e, d: _tr_inv_dx(e.args[0], d[0]),
     "inv": lambda e, d: mul(const(-1.0), matmul(matmul(e, d[0]), e)),
-    "norm2": lambda e, d: frob(div(e.args[0], e), d[0]),
+    "norm2": lambda e, d: frob(div(e.args[0], e), d[0]),  # x/‖x‖: NaN at x = 0
     "norm1": lambda e, d: frob(func("sign", e.args[0]), d[0]),
     "logsumexp": lambda e, d: frob(func("softmax", e.args[0]), d[0]),
     # d softmax(x) = s∘(dx − (s:dx)1)

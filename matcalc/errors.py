@@ -31,7 +31,7 @@ class MatcalcError(Exception):
         end = max(min(self.end if self.end is not None else start + 1, len(line)), start + 1)
         if len(line) > 200:  # show a window around the column for very long input
             lo = max(0, start - 80)
-            hi = min(len(line), max(end, start + 1) + 80)
+            hi = min(len(line), start + 160)
             prefix = "..." if lo else ""
             line = prefix + line[lo:hi] + ("..." if hi < len(line) else "")
             start, end = start - lo + len(prefix), min(end, hi) - lo + len(prefix)

@@ -22,7 +22,7 @@ ELEMENTWISE_OPS = ("exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "relu"
 
 
 class Expr:
-    __slots__ = ("op", "args", "attr", "shape", "_order", "__weakref__")
+    __slots__ = ("op", "args", "attr", "shape", "__weakref__")
 
     _table: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
 
@@ -36,14 +36,6 @@ class Expr:
         object.__setattr__(node, "args", tuple(args))
         object.__setattr__(node, "attr", attr)
         object.__setattr__(node, "shape", shape)
-        # a deterministic ordering key (no dependence on id() or hash seeds)
-        if op == "sym" or op == "delta":
-            order = (2, str(attr))
-        elif op == "const":
-            order = (0, repr(attr))
-        else:
-            order = (3, op, str(attr) if attr is not None else "") + tuple(a._order for a in args)
-        object.__setattr__(node, "_order", order if len(order) < 40 else order[:40])
         cls._table[key] = node
         return node
 

@@ -64,3 +64,32 @@ def definitions_in_order(names: dict) -> list:
                 placed.add(n)
                 order.append((names[n], n))
     return order
+
+
+def tree_size(root: Expr) -> int:
+    """How many nodes the expression has when written out as a tree (shared parts repeated)."""
+    size: dict = {}
+    for n in ir.walk(root):
+        size[n] = 1 + sum(size[a] for a in n.args)
+    return size[root]
+
+
+def shared_names(roots, taken: set, existing: dict, min_size: int = 6) -> dict:
+    """u1, u2, … for subexpressions used more than once: what keeps the printed form of a
+    result whose tree is exponentially larger than its DAG (nested softmax) small."""
+    uses: dict = {}
+    size: dict = {}
+    for r in roots:
+        for n in ir.walk(r):
+            if n not in size:
+                size[n] = 1 + sum(size[a] for a in n.args)
+                for a in n.args:
+                    uses[a] = uses.get(a, 0) + 1
+    names, counter = {}, 0
+    for n in size:
+        if uses.get(n, 0) >= 2 and size[n] >= min_size and n not in existing and n.op != "T":
+            counter += 1
+            while f"u{counter}" in taken:
+                counter += 1
+            names[n] = f"u{counter}"
+    return names

@@ -73,10 +73,20 @@ def _mm_cost(a_shape, b_shape, a: Expr | None = None, b: Expr | None = None) -> 
     return size(a_shape[0]) * size(a_shape[1]) * size(b_shape[1])
 
 
+MAX_DP = 24  # longer chains are ordered greedily (the DP is cubic in the length)
+
+
 def order_chain(fs: list) -> Expr:
-    """Optimal parenthesisation of a matrix chain (classic dynamic programming)."""
+    """Optimal parenthesisation of a matrix chain (classic dynamic programming); for a
+    very long chain, greedily the cheapest adjacent product first."""
     n = len(fs)
     if n == 1:
+        return fs[0]
+    if n > MAX_DP:
+        fs = list(fs)
+        while len(fs) > 1:
+            k = min(range(len(fs) - 1), key=lambda i: _mm_cost(fs[i].shape, fs[i + 1].shape, fs[i], fs[i + 1]))
+            fs[k:k + 2] = [ir.matmul(fs[k], fs[k + 1])]
         return fs[0]
     best = {(i, i): (0.0, fs[i]) for i in range(n)}
     for length in range(2, n + 1):
@@ -125,6 +135,18 @@ def optimize(outputs: list) -> list:
             inv_uses[n] = inv_uses.get(n, 0) + k
         elif n.op == "T" and n.args[0].op == "inv":
             inv_uses[n.args[0]] = inv_uses.get(n.args[0], 0) + k - 1  # the T itself used the inv once
+    # a product used once inside a bigger product is ordered with it, not on its own
+    interior = set()
+    for root in outputs:
+        for n in ir.walk(root):
+            if n.op == "matmul":
+                for a in n.args:
+                    inner = a
+                    if a.op == "mul" and uses.get(a, 1) <= 1:
+                        arr = [f for f in a.args if f.shape != SCALAR]
+                        inner = arr[0] if len(arr) == 1 else a
+                    if inner.op == "matmul" and uses.get(inner, 1) <= 1:
+                        interior.add(inner)
     memo: dict = {}
 
     def opt(e: Expr) -> Expr:
@@ -136,7 +158,9 @@ def optimize(outputs: list) -> list:
             memo[node] = rewrite(new)
         return memo[e]
 
-    def rewrite(e: Expr) -> Expr:
+    def rewrite(e: Expr, top: bool = False) -> Expr:
+        if e.op == "matmul" and e in interior and not top:
+            return e
         if e.op == "matmul":
             scalars: list = []
             fs = _chain(e, uses, scalars)
@@ -165,12 +189,14 @@ def optimize(outputs: list) -> list:
         return None
 
     def _distribute(e: Expr):
-        """A(B + C) = AB + AC when one of the terms is I or the result is cheaper."""
+        """A(I + B) = A + AB when that is cheaper (only with an I term: distributing in
+        general can grow the expression exponentially)."""
         if e.op != "matmul":
             return None
         a, b = e.args
         for side, other, s in ((0, a, b), (1, b, a)):
-            if s.op == "add" and uses.get(s, 1) <= 1 and len(s.args) <= 3:
+            if s.op == "add" and uses.get(s, 1) <= 1 and len(s.args) <= 3 \
+                    and any(t.op == "eye" for t in s.args):  # A(I + B) = A + AB
                 terms = []
                 for t in s.args:
                     if t.shape == SCALAR:

@@ -90,7 +90,20 @@ def parse(source: str) -> Node:
     except lark.exceptions.UnexpectedInput as e:  # pragma: no cover - other lark failures
         pos = getattr(e, "pos_in_stream", 0) or 0
         raise ParseError("could not parse the expression", source, pos, pos + 1) from None
-    return _convert(tree, source)
+    ast = _convert(tree, source)
+    _check_depth(ast, source)
+    return ast
+
+
+def _check_depth(ast: Node, source: str) -> None:
+    """Refuse expressions nested deeper than MAX_DEPTH operators (iteratively measured)."""
+    stack = [(ast, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ParseError(f"the expression nests more than {MAX_DEPTH} operations deep",
+                             source, node.start, node.end)
+        stack.extend((c, depth + 1) for c in node.children)
 
 
 def _span(items):

@@ -436,23 +436,61 @@ def s_func(name: str, a: Expr) -> Expr:
     return ir.func(name, a)
 
 
+def _one_minus(a: Expr):
+    """x if a is 1 - x (as add(1, -1∘x) in either order), else None."""
+    if a.op == "add" and len(a.args) == 2:
+        for one, rest in (a.args, a.args[::-1]):
+            if one.op == "const" and one.attr == 1.0 and rest.op == "mul" and len(rest.args) == 2 \
+                    and rest.args[0].op == "const" and rest.args[0].attr == -1.0:
+                return rest.args[1]
+    return None
+
+
+def _stable_log(a: Expr):
+    """An equal form of log(a) with better numerics, or None."""
+    if a.op == "exp":
+        return a.args[0]
+    if a.op == "add" and len(a.args) == 2:  # log(1 + exp(z)) = softplus(z)
+        folded = s_func("log", a)
+        if folded.op != "log":
+            return folded
+    if a.op == "softmax":  # log softmax(x) = x - logsumexp(x)
+        x = a.args[0]
+        return ir.add(x, ir.neg(ir.func("logsumexp", x)))
+    if a.op == "sigmoid":  # log σ(z) = -softplus(-z)
+        return ir.neg(ir.func("softplus", ir.neg(a.args[0])))
+    x = _one_minus(a)
+    if x is not None and x.op == "sigmoid":  # log(1 - σ(z)) = -softplus(z)
+        return ir.neg(ir.func("softplus", x.args[0]))
+    if a.op == "sum" and a.args[0].op == "exp":  # log sum exp(z) = logsumexp(z)
+        return ir.func("logsumexp", a.args[0].args[0])
+    if a.op == "frob" and a.args[1].op == "const" and a.args[1].attr == 1.0 and a.args[0].op == "exp":
+        return ir.func("logsumexp", a.args[0].args[0])
+    if a.op == "det":  # log det X = logdet X
+        return ir.func("logdet", a.args[0])
+    return None
+
+
 def stabilize(e: Expr) -> Expr:
     """Rewrite the primal where an equal form has a better derivative or better numerics:
-    log(1 + exp(z)) = softplus(z), log(exp(z)) = z, norm2(x)**2 = x:x.  Everything else
-    is kept as the user wrote it, so the derivation reads in the user's terms."""
+    log(1 + exp(z)) = softplus(z), log σ(z) = -softplus(-z), log(1 - σ(z)) = -softplus(z),
+    log sum exp(z) = logsumexp(z), log softmax(x) = x - logsumexp(x), log det X = logdet X,
+    exp(z)/(1 + exp(z)) = σ(z), log(exp(z)) = z, norm2(x)**2 = x:x.  Everything else is
+    kept as the user wrote it, so the derivation reads in the user's terms."""
     memo: dict = {}
     for node in ir.walk(e):
         args = tuple(memo[a] for a in node.args)
         new = node if args == node.args else Expr(node.op, args, node.attr, node.shape)
         if new.op == "log":
-            a = new.args[0]
-            if a.op == "exp" or (a.op == "add" and len(a.args) == 2):
-                folded = s_func("log", a)
-                if folded.op != "log":
-                    new = folded
-            elif a.op == "softmax":  # log softmax(x) = x - logsumexp(x)
-                x = a.args[0]
-                new = ir.add(x, ir.neg(ir.func("logsumexp", x)))
+            better = _stable_log(new.args[0])
+            if better is not None and better.shape == new.shape:
+                new = better
+        elif new.op == "div":
+            num, den = new.args
+            if num.op == "exp" and den.op == "add" and len(den.args) == 2 and num in den.args:
+                other = den.args[0] if den.args[1] is num else den.args[1]
+                if other.op == "const" and other.attr == 1.0:  # e^z/(1 + e^z) = σ(z)
+                    new = ir.func("sigmoid", num.args[0])
         elif new.op == "pow" and new.args[0].op == "norm2" and new.args[1].op == "const" \
                 and new.args[1].attr == 2.0:
             x = new.args[0].args[0]

@@ -142,9 +142,6 @@ def test_a_nasty_symbol_name(name):
         assert np.isclose(d.value_function(**inputs), lam(**inputs))
 
 
-@pytest.mark.xfail(strict=True, reason="matcalc bug: a symbol named self cannot be passed: "
-                   "GradientFunction.__call__(self, **kwargs) gets it twice (TypeError), so "
-                   "d.function(self=...) and d.check() fail although derive accepted the name")
 @pytest.mark.parametrize("name", ["self"])
 def test_a_symbol_named_like_a_parameter_of_the_python_wrapper(name):
     test_a_nasty_symbol_name(name)

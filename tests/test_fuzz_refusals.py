@@ -18,8 +18,8 @@ Random input comes from Hypothesis (derandomized, so CI is reproducible): random
 over the language's characters, token soup, one to three character/token mutations of
 the public corpus, random ``wrt`` values and random (often bad) shape declarations.
 
-Tests marked ``xfail(strict=True)`` fail because of a matcalc bug named in the reason;
-when the bug is fixed they XPASS, which fails the run: remove the mark then.
+The "hazard" variants and the explicit cases below (BUGS, HANGS) are the inputs that once
+crashed or hung matcalc; they stay as regression tests.
 """
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ EXAMPLES = 300        # random inputs per fuzz test
 
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
                 suppress_health_check=list(HealthCheck))
-# the xfail'd fuzz tests stop at their first failure: no shrinking, so they stay cheap
+# the hazard fuzz tests stop at their first failure: no shrinking, so they stay cheap
 FUZZ_NO_SHRINK = settings(FUZZ, phases=[Phase.explicit, Phase.generate])
 
 
@@ -98,7 +98,8 @@ def check_message(err: MatcalcError, expr) -> None:
     assert f"column {err.column}" in head, msg
     assert caret.strip() and set(caret.strip()) == {"^"}, f"no caret line: {msg!r}"
     col = caret.index("^")
-    src = err.source.replace("\n", " ").replace("\t", " ")
+    # the message shows every character that does not print (line breaks, tabs, NUL) as a space
+    src = "".join(ch if ch.isprintable() else " " for ch in err.source)
     if err.start < len(src):
         # the caret sits under the offending character (also in the window of long input)
         assert col < len(shown) and shown[col] == src[err.start], \
@@ -207,18 +208,9 @@ BAD_SPECS = ["scalar", "n,m", "n, m", "(n, m)", "1x2", "", "()", None, 3, 1, 0, 
              ["n"], "n,", 2.5, {"n": 1}, object()]
 
 
-# Inputs that hit a known matcalc bug (see BUGS below and the xfail'd fuzz tests).  The
-# passing fuzz tests leave them out, so that they stay green whatever examples a future
-# Hypothesis version draws, and fail only on a new kind of bug; the xfail'd "hazard"
-# variants keep them in.  Delete a pattern when its bug is fixed.
-KNOWN_TRIGGERS = [re.compile(p) for p in [
-    r"\d[eE][-+]?\d{3}",                     # 1e400, 1e308*10: inf/nan constants crash the printer
-    r"\d{300}",                               # the same, spelled out
-    r"[/⊘]\s*[-−+(\d.]",                     # a constant denominator may fold to 0: ZeroDivisionError
-    r"(\*\*|\^(?!T))\s*(?!\d+(?![\d.eE]))",  # (-1)**0.5 folds to a complex; 0**-1
-    r"\b(det|logdet|inv|diag)\(\s*[-−+(]*\s*([\u03b1-\u03c9\d.]|alpha|beta|gamma|delta|lambda|mu|sigma|tau)",
-    r"(?<![\w.])[\d.]+([eE][-+]?\d+)?\)*\s*(\.T|'|ᵀ|\^T)",  # a transposed number: 1ᵀ, KeyError
-]]
+# Patterns of inputs that hit an open matcalc bug, which the plain fuzz tests leave out (the
+# "hazard" variants keep them in).  Every bug found so far is fixed, so the list is empty.
+KNOWN_TRIGGERS: list = []
 
 
 def clean(text: str) -> bool:
@@ -322,9 +314,8 @@ BINOPS = ["+", "-", "*", "/", "@", ":", "∘", "⊙", "⊘", "**", "^", " + ", "
 POSTFIX = [".T", "'", "ᵀ", "^T"]
 LEAVES = ["x", "y", "W", "X", "S", "A", "alpha", "lambda", "mu", "I", "eye", "np", "def", "t0",
           "α", "Σ", "z1", "None"]
-# det/logdet/inv/diag of a scalar crash today (see the xfail'd test); random expressions
-# cannot tell what is a scalar, so the passing test leaves these functions out
-SCALAR_HAZARDS = {"det", "logdet", "inv", "diag"}
+# functions the plain fuzz test would leave out while they had an open bug (none now)
+SCALAR_HAZARDS: set = set()
 
 
 def well_formed(hazards: bool):
@@ -355,10 +346,6 @@ def test_random_expressions(text, rnd):
 
 @FUZZ_NO_SHRINK
 @given(well_formed(hazards=True), st.randoms(use_true_random=False))
-@pytest.mark.xfail(strict=True, reason="matcalc bugs: non-finite constants (1e400, 1e308*1e308, "
-                   "0*1e400) crash the printer; det/logdet/inv/diag of a scalar pass the typer and "
-                   "crash the emitted code; 1ᵀ (a transposed number) gets a dimension no symbol "
-                   "has: KeyError in codegen")
 def test_random_expressions_with_extreme_numbers_and_scalar_matrix_functions(text, rnd):
     attempt(text, rnd.choice(_names(text)))
 
@@ -391,10 +378,6 @@ def test_random_wrt_and_declarations(data):
 
 @FUZZ_NO_SHRINK
 @given(st.data())
-@pytest.mark.xfail(strict=True, reason="matcalc bugs: a declared dimension of size 1 makes the "
-                   "emitted code fail (TypeError/ValueError/LinAlgError in check()); a matrix "
-                   "declared scalar reaches det/diag of a scalar (LinAlgError); '³' and 10**30 "
-                   "as dimensions raise ValueError")
 def test_random_wrt_and_declarations_with_size_one_and_scalar_declarations(data):
     expr = data.draw(st.sampled_from(VALID))
     attempt(expr, data.draw(wrt_for(expr)), data.draw(shapes_for(expr, hazards=True)))
@@ -506,7 +489,7 @@ BUGS = [
     ("sum(" + "+-" * 1000 + "x)", "x", None, "RecursionError in printing"),
 ]
 
-HANGS = [  # (expr, wrt, what happens today): must return within HANG_LIMIT seconds
+HANGS = [  # (expr, wrt, what once happened): must return within HANG_LIMIT seconds
     ("logdet(" + "inv(" * 90 + "S" + ")" * 91, "S", "numpy_source takes ~24 s (150 deep: ~4 min)"),
     ("sum(" + "softmax(" * 19 + "x" + ")" * 20, "x",
      "the text of the gradient grows exponentially: latex takes ~10 s, depth 20 ~270 MB of text"),
@@ -530,22 +513,19 @@ def test_explicit_input_is_refused(expr, wrt, shapes):
 
 
 @pytest.mark.parametrize("expr,wrt,shapes", [
-    pytest.param(e, w, s, marks=pytest.mark.xfail(strict=True, reason=f"matcalc bug: {why}"))
+    pytest.param(e, w, s)
     for e, w, s, why in BUGS], ids=_ids(BUGS))
 def test_explicit_input_known_bug(expr, wrt, shapes):
     attempt(expr, wrt, shapes)
 
 
 @pytest.mark.parametrize("expr,wrt", [
-    pytest.param(e, w, marks=pytest.mark.xfail(strict=True, reason=f"matcalc bug (hang): {why}"))
+    pytest.param(e, w)
     for e, w, why in HANGS], ids=[_short(h[0], 30) for h in HANGS])
 def test_small_input_does_not_hang(expr, wrt):
     attempt(expr, wrt, limit=HANG_LIMIT)
 
 
-@pytest.mark.xfail(strict=True, reason="matcalc bug: the message head quotes the offending "
-                   "sub-expression in full, so a 10 006-character input gives a 30 107-character "
-                   "message (the source line itself is windowed)")
 def test_the_refusal_of_a_10000_character_input_shows_a_window_with_the_caret():
     expr = "sum(" + "x+" * 3000 + "W" + "+x" * 2000 + ")"    # 10 006 characters
     kind, err = attempt(expr, "W", must_refuse=True)
@@ -553,16 +533,11 @@ def test_the_refusal_of_a_10000_character_input_shows_a_window_with_the_caret():
     assert len(str(err)) < 1000, "the whole 10 000-character input was echoed"
 
 
-@pytest.mark.xfail(strict=True, reason="matcalc bug: whitespace other than \\n and \\t that "
-                   "splits lines (\\r, \\v, \\f, \\x85, \\u2028) is echoed raw into the message, so "
-                   "the message is not one line and the caret is not under the column")
 @pytest.mark.parametrize("ws", ["\r", "\x0b", "\x0c", "\x85", "\u2028"])
 def test_line_breaking_whitespace_in_a_message(ws):
     attempt(f"sum(W{ws}+ x)", "W", must_refuse=True)
 
 
-@pytest.mark.xfail(strict=True, reason="matcalc bug: a vector declared with size 1 gets a scalar "
-                   "gradient (grad_x returns 1.0, shape ()), not an array of x's shape (1,)")
 @pytest.mark.parametrize("shapes", [{"x": (1,)}, {"x": (1, 1)}, {"x": ("n", 1)}],
                          ids=["(1,)", "(1,1)", "(n,1)"])
 def test_a_declared_size_one_dimension_keeps_the_gradient_shape(shapes):
@@ -625,8 +600,6 @@ def test_cli_refusal(args, caret):
         assert len(lines) == 1, r.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="matcalc bug: 1e400 (inf) crashes the printer; the CLI "
-                   "reports an internal error with exit status 3")
 def test_cli_huge_number_is_not_an_internal_error():
     r = _cli("1e400*x:1", "--wrt", "x")
     assert r.returncode in (0, 2), (r.returncode, r.stderr)

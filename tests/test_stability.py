@@ -9,7 +9,7 @@ The exact values are written out here with NumPy in overflow-free forms (sigmoid
 exp(-logaddexp(0, -z)), softplus(z) = logaddexp(0, z), max-shifted softmax), independent
 of matcalc.  Both d.function (the gradient) and d.value_function (λ itself) are checked.
 
-Tests marked ``xfail(strict=True)`` fail because of a matcalc bug named in the reason.
+The cases under "known_bugs" once failed; they stay as regression tests.
 """
 from __future__ import annotations
 
@@ -124,7 +124,7 @@ def test_elementwise_functions_at_extreme_inputs(expr, wrt, grad, value):
 
 
 @pytest.mark.parametrize("expr,wrt,grad,value", [
-    pytest.param(*r[1:5], marks=pytest.mark.xfail(strict=True, reason="matcalc bug: " + r[5]))
+    pytest.param(*r[1:5])
     for r in ELEMENTWISE_BUGS], ids=[r[0] for r in ELEMENTWISE_BUGS])
 def test_elementwise_functions_at_extreme_inputs_known_bugs(expr, wrt, grad, value):
     d, g, v = _grad_and_value(expr, wrt, {"z": Z, "y": Y} if "y" in expr else {"z": Z})
@@ -141,10 +141,6 @@ def test_softplus_gradient_by_hand(z, exact):
     assert np.isfinite(d.value_function(z=np.array([z, z])))
 
 
-@pytest.mark.xfail(strict=True, reason="matcalc bug (precision): the emitted sigmoid is "
-                   "0.5*(1 + tanh(z/2)), which cancels for z < 0: sigmoid(-30) is off by 1.7e-4 "
-                   "relative and sigmoid(-40) = 0 instead of 4.2e-18 (exp(-logaddexp(0, -z)) is "
-                   "exact to rounding)")
 @pytest.mark.parametrize("z", [-30.0, -40.0, -100.0, -700.0])
 def test_sigmoid_keeps_its_relative_precision_in_the_tail(z):
     d = matcalc.derive("sum(sigmoid(z))", wrt="z")
@@ -221,9 +217,6 @@ def test_logdet_of_a_random_spd_matrix_with_overflowing_det():
     assert np.all(np.isfinite(g)) and np.allclose(g, want, rtol=1e-7, atol=1e-12)
 
 
-@pytest.mark.xfail(strict=True, reason="matcalc bug: log(det(X)) is not rewritten to logdet(X): "
-                   "the emitted λ is np.log(np.linalg.det(X)) = inf and the gradient "
-                   "inv(X).T@(det(X)*I/det(X)) = nan for det(X) = 1e600")
 def test_log_of_det_is_computed_as_logdet():
     X = 1e3 * np.eye(N)
     d, g, v = _grad_and_value("log(det(X))", "X", {"X": X})
@@ -303,10 +296,6 @@ def test_quadratic_form_with_an_ill_conditioned_matrix():
 # ---- norms of large and tiny vectors
 
 
-@pytest.mark.xfail(strict=True, reason="matcalc bug: norm2 is np.linalg.norm, which squares "
-                   "without scaling for vectors: norm2(x) = inf for |x| ~ 1e200, so the gradient "
-                   "x/norm2(x) is silently 0 (a wrong, finite gradient); for |x| ~ 1e-200 the "
-                   "norm underflows to 0 and the gradient is inf")
 @pytest.mark.parametrize("scale", [1e200, 1e-200])
 def test_norm2_of_a_huge_or_tiny_vector(scale):
     x = scale * np.array([3.0, 4.0])
