@@ -105,6 +105,10 @@ class Step:
         return f"{to_text(self.after)}    ({self.identity})"
 
 
+def _negative(e: Expr) -> bool:
+    return e.op == "mul" and e.args[0].op == "const" and e.args[0].attr < 0
+
+
 def factors_of_sum(e: Expr):
     """The terms of a running sum of contributions (kept flat, never nested)."""
     return e.args if e.op == "add" and getattr(e, "shape", None) is not None else (e,)
@@ -193,7 +197,11 @@ def pullback(dlam: Expr | None, dW: Expr | None, record: bool = True, names: dic
             contrib = simplify(contrib)
             if contrib.op == "const" and contrib.attr == 0.0:
                 continue
-            cot[child] = ir.add(*factors_of_sum(cot[child]), contrib) if child in cot else contrib
+            if child in cot:  # the running sum shows positive terms first: (αp - α1):dz
+                terms = sorted((*factors_of_sum(cot[child]), contrib), key=_negative)
+                cot[child] = ir.add(*terms)
+            else:
+                cot[child] = contrib
         if record:
             after = _state(cot)
             if after is not current:

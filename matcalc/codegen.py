@@ -39,6 +39,27 @@ HELPERS = {
     m = np.max(np.abs(x))  # the sum of squares under- or overflowed: scale first
     return m * np.linalg.norm(x / m) if 0.0 < m < np.inf else n
 ''',
+    "_lu": '''def _lu(X):
+    # one LU factorisation shared by inv(X) and logdet(X) (SciPy when it is installed)
+    try:
+        from scipy.linalg import lu_factor
+    except ImportError:
+        return X, None
+    return X, lu_factor(X, check_finite=False)
+''',
+    "_lu_inv": '''def _lu_inv(f):
+    X, lu = f
+    if lu is None:
+        return np.linalg.inv(X)
+    from scipy.linalg import lu_solve
+    return lu_solve(lu, np.eye(X.shape[0]), check_finite=False)
+''',
+    "_lu_logdet": '''def _lu_logdet(f):
+    X, lu = f
+    if lu is None:
+        return _logdet(X)
+    return np.sum(np.log(np.abs(np.diagonal(lu[0]))))
+''',
     "_softmax": '''def _softmax(z):
     e = np.exp(z - np.max(z))
     return e / np.sum(e)
@@ -55,6 +76,7 @@ TEMPLATES = {
     "logdet": "_logdet({})", "inv": "np.linalg.inv({})", "diag": "np.diag({})",
     "Diag": "np.diag({})", "norm2": "_norm2({})", "norm1": "np.sum(np.abs({}))",
     "logsumexp": "_logsumexp({})", "softmax": "_softmax({})",
+    "lu": "_lu({})", "lu_inv": "_lu_inv({})", "lu_logdet": "_lu_logdet({})",
 }
 
 RESERVED = set(keyword.kwlist) | set(keyword.softkwlist) | set(dir(builtins)) | {"np", "numpy"}
@@ -225,6 +247,8 @@ class Emitter:
         tpl = TEMPLATES[op]
         if tpl.startswith("_"):
             self.helpers.add(tpl.split("(")[0])
+            if op == "lu_logdet":
+                self.helpers.add("_logdet")  # its fallback without SciPy
         return tpl.format(a[0])
 
 

@@ -273,6 +273,8 @@ def s_matmul(a: Expr, b: Expr) -> Expr:
     sb, b2 = _split_scalars(b)
     if sa or sb:
         return s_mul(*sa, *sb, s_matmul(a2, b2))
+    if b.op == "matmul":  # products read left to right: A(BC) = (AB)C (codegen picks the order)
+        return s_matmul(s_matmul(a, b.args[0]), b.args[1])
     if a.op == "Diag":
         if b.op == "Diag":
             return s_func("Diag", s_mul(a.args[0], b.args[0]))
