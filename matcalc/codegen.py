@@ -23,42 +23,12 @@ HELPERS = {
     m = np.max(z)
     return m + np.log(np.sum(np.exp(z - m)))
 ''',
-    "_logdet": '''def _logdet(X):
-    # log|det X|: through Cholesky when X is symmetric positive definite, else through LU
-    if np.array_equal(X, X.T):
-        try:
-            return 2.0 * np.sum(np.log(np.diagonal(np.linalg.cholesky(X))))
-        except np.linalg.LinAlgError:
-            pass
-    return np.linalg.slogdet(X)[1]
-''',
     "_norm2": '''def _norm2(x):
     n = np.linalg.norm(x)
     if 0.0 < n < np.inf:
         return n
     m = np.max(np.abs(x))  # the sum of squares under- or overflowed: scale first
     return m * np.linalg.norm(x / m) if 0.0 < m < np.inf else n
-''',
-    "_lu": '''def _lu(X):
-    # one LU factorisation shared by inv(X) and logdet(X) (SciPy when it is installed)
-    try:
-        from scipy.linalg import lu_factor
-    except ImportError:
-        return X, None
-    return X, lu_factor(X, check_finite=False)
-''',
-    "_lu_inv": '''def _lu_inv(f):
-    X, lu = f
-    if lu is None:
-        return np.linalg.inv(X)
-    from scipy.linalg import lu_solve
-    return lu_solve(lu, np.eye(X.shape[0]), check_finite=False)
-''',
-    "_lu_logdet": '''def _lu_logdet(f):
-    X, lu = f
-    if lu is None:
-        return _logdet(X)
-    return np.sum(np.log(np.abs(np.diagonal(lu[0]))))
 ''',
     "_softmax": '''def _softmax(z):
     e = np.exp(z - np.max(z))
@@ -73,10 +43,9 @@ TEMPLATES = {
     "relu": "np.maximum({}, 0.0)", "step": "np.heaviside({}, 0.0)", "abs": "np.abs({})",
     "sign": "np.sign({})", "softplus": "np.logaddexp(0.0, {})",
     "sum": "np.sum({})", "tr": "np.trace({})", "det": "np.linalg.det({})",
-    "logdet": "_logdet({})", "inv": "np.linalg.inv({})", "diag": "np.diag({})",
+    "logdet": "np.linalg.slogdet({})[1]", "inv": "np.linalg.inv({})", "diag": "np.diag({})",
     "Diag": "np.diag({})", "norm2": "_norm2({})", "norm1": "np.sum(np.abs({}))",
     "logsumexp": "_logsumexp({})", "softmax": "_softmax({})",
-    "lu": "_lu({})", "lu_inv": "_lu_inv({})", "lu_logdet": "_lu_logdet({})",
 }
 
 RESERVED = set(keyword.kwlist) | set(keyword.softkwlist) | set(dir(builtins)) | {"np", "numpy"}
@@ -247,8 +216,6 @@ class Emitter:
         tpl = TEMPLATES[op]
         if tpl.startswith("_"):
             self.helpers.add(tpl.split("(")[0])
-            if op == "lu_logdet":
-                self.helpers.add("_logdet")  # its fallback without SciPy
         return tpl.format(a[0])
 
 

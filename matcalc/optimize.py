@@ -206,24 +206,4 @@ def optimize(outputs: list) -> list:
                 return ir.add(*terms)
         return None
 
-    return _share_lu([opt(o) for o in outputs])
-
-
-def _share_lu(outputs: list) -> list:
-    """When λ needs logdet(X) and a gradient needs inv(X), factor X once for both."""
-    nodes = {n for o in outputs for n in ir.walk(o)}
-    shared = {n.args[0] for n in nodes if n.op == "logdet"} & {n.args[0] for n in nodes if n.op == "inv"}
-    if not shared:
-        return outputs
-    memo: dict = {}
-    for o in outputs:
-        for node in ir.walk(o):
-            if node in memo:
-                continue
-            args = tuple(memo[a] for a in node.args)
-            new = node if args == node.args else Expr(node.op, args, node.attr, node.shape)
-            if new.op in ("inv", "logdet") and node.args[0] in shared:
-                lu = Expr("lu", (new.args[0],), None, new.args[0].shape)
-                new = Expr("lu_" + new.op, (lu,), None, new.shape)
-            memo[node] = new
-    return [memo[o] for o in outputs]
+    return [opt(o) for o in outputs]
