@@ -42,8 +42,6 @@ IDENTITIES = {i.key: i for i in [
     Identity("frob_trace", "γ tr(B) = (γI):B", r"\gamma\operatorname{tr}(B) = (\gamma I):B"),
     Identity("frob_diag", "a:diag(B) = Diag(a):B", r"a:\operatorname{diag}(B) = \operatorname{Diag}(a):B"),
     Identity("frob_Diag", "A:Diag(b) = diag(A):b", r"A:\operatorname{Diag}(b) = \operatorname{diag}(A):b"),
-    Identity("hadamard_diag", "h∘v = Diag(h)v", r"h\circ v = \operatorname{Diag}(h)v"),
-    Identity("hadamard_one", "A∘1 = A", r"A\circ\mathbf{1} = A"),
     Identity("collect", "collect like terms", r"\text{collect like terms}"),
     Identity("canonical", "read off G", r"\text{read off } G"),
 ]}
@@ -190,10 +188,13 @@ def pullback(dlam: Expr | None, dW: Expr | None, record: bool = True, names: dic
         del cot[node]
         lin = tuple(a in linear for a in node.args)
         contributions, key = transpose_rules[node.op](node, c, lin)
+        identity = IDENTITIES[key]
         for i, contrib in contributions:
             child = node.args[i]
             if child.shape == SCALAR and contrib.shape != SCALAR:
                 contrib = ir.func("sum", contrib)  # the adjoint of a broadcast is a sum
+                b = IDENTITIES["frob_broadcast"]
+                identity = Identity(key, f"{identity.text}; {b.text}", f"{identity.latex};\\ {b.latex}")
             contrib = simplify(contrib)
             if contrib.op == "const" and contrib.attr == 0.0:
                 continue
@@ -205,7 +206,7 @@ def pullback(dlam: Expr | None, dW: Expr | None, record: bool = True, names: dic
         if record:
             after = _state(cot)
             if after is not current:
-                record_step(current, after, IDENTITIES[key], hidden=expanded)
+                record_step(current, after, identity, hidden=expanded)
                 current = after
     G = simplify(cot.get(dW, const(0.0, dW.shape)))
     if G.shape != dW.shape:  # a scalar coefficient of an array variable: broadcast it

@@ -67,10 +67,6 @@ class Expr:
 
 # ---------------------------------------------------------------- shapes
 
-def fmt_dim(d) -> str:
-    return str(d)
-
-
 def fmt_shape(shape) -> str:
     r, c = shape
     if shape == SCALAR:
@@ -203,10 +199,6 @@ def func(name: str, a: Expr) -> Expr:
     else:
         raise ShapeMismatch(f"unknown function {name}")
     return Expr(name, (a,), None, shape)
-
-
-def dims_of(e: Expr):
-    return [d for d in e.shape if not isinstance(d, int)]
 
 
 def walk(root: Expr):
