@@ -313,6 +313,12 @@ def s_T(a: Expr) -> Expr:
         x, y = a.args
         if _tcost(x) + _tcost(y) <= 1:
             return s_matmul(s_T(y), s_T(x))
+    if a.op == "div" and a.args[1].shape == SCALAR:  # (A/β)ᵀ = Aᵀ/β
+        return s_div(s_T(a.args[0]), a.args[1])
+    if a.op == "add":  # (A + Bᵀ)ᵀ = Aᵀ + B when no term keeps a transpose
+        terms = [s_T(t) for t in a.args]
+        if not any(t.op == "T" for t in terms):
+            return s_add(*terms)
     return Expr("T", (a,), None, (c, r))
 
 
@@ -424,6 +430,8 @@ def s_func(name: str, a: Expr) -> Expr:
             return a
     if name == "diag" and a.op == "Diag":
         return a.args[0]
+    if name == "Diag" and a.op == "const":  # Diag(c1) = cI
+        return s_mul(const(a.attr), ir.eye(a.shape[0]))
     if name == "log":
         if a.op == "exp":
             return a.args[0]
