@@ -23,6 +23,10 @@ HELPERS = {
     m = np.max(z)
     return m + np.log(np.sum(np.exp(z - m)))
 ''',
+    "_over_norm": '''def _over_norm(a, n):
+    # a / ‖x‖, and 0 where ‖x‖ = 0: the least-norm subgradient of ‖x‖ there
+    return a / n if n > 0 else 0.0 * a
+''',
     "_norm2": '''def _norm2(x):
     n = np.linalg.norm(x)
     if 0.0 < n < np.inf:
@@ -172,6 +176,9 @@ class Emitter:
         if op == "solve":
             return f"np.linalg.solve({a[0]}, {a[1]})"
         if op == "div":
+            if n.args[1].op == "norm2":
+                self.helpers.add("_over_norm")
+                return f"_over_norm({a[0]}, {a[1]})"
             return f"({a[0]} / {a[1]})"
         if op == "pow":
             k = n.args[1]

@@ -33,3 +33,15 @@ def test_regression(name, expr, shapes, wrt):
     assert np.shape(got) == np.shape(inputs[wrt])
     assert rel_err(got, fd) < 1e-6
     assert d.check().ok
+
+
+def test_norm2_at_zero_takes_the_least_norm_subgradient():
+    """norm2(relu(-q)) is flat where every q > 0: the gradient there is 0, not 0/0."""
+    d = matcalc.derive("norm2(relu(-q.T)) - sin(det(U))", wrt="q")
+    q = np.array([1.0, 2.0, 3.0])
+    U = np.array([[1.0, 0.2], [0.1, 1.0]])
+    g = d.function(q=q, U=U)
+    assert np.all(g == 0.0)
+    fd = central_fd(lambda a: float(eval_text("norm2(relu(-q.T)) - sin(det(U))", a)), {"q": q, "U": U}, "q")
+    assert np.all(fd == 0.0)
+    assert np.all(matcalc.derive("norm2(x)", wrt="x").function(x=np.zeros(4)) == 0.0)
