@@ -164,27 +164,25 @@ class Derivation:
     def latex(self) -> str:
         return to_latex(self.gradient, self._user_names)
 
+    def _definitions(self, printer):
+        """[(name, its value printed with the other names)], each after those it uses."""
+        prim = self._prim_names()
+        return [(name, printer(node, {k: v for k, v in prim.items() if k is not node}))
+                for name, node in definitions_in_order(prim)]
+
     @property
     def definitions(self) -> dict:
         """The named quantities the short form and the steps use: name -> text."""
-        prim = {n: v for n, v in self._names.items() if not v.startswith("d:")}
-        out = {}
-        for name, node in definitions_in_order(prim):
-            shown = {k: v for k, v in prim.items() if k is not node}
-            out[name] = to_text(node, shown)
-        return out
+        return dict(self._definitions(to_text))
 
     @cached_property
     def short_text(self) -> str:
         """G written with the short names of ``definitions`` (z, p, h, …)."""
-        return to_text(self.gradient, self._printed_names())
+        return to_text(self.gradient, self._names)
 
     @cached_property
     def short_latex(self) -> str:
-        return to_latex(self.gradient, self._printed_names())
-
-    def _printed_names(self, hidden=frozenset()):
-        return {k: v for k, v in self._names.items() if k not in hidden}
+        return to_latex(self.gradient, self._names)
 
     def layout(self, convention: str = "denominator"):
         """(text, shape) of ∂λ/∂W in a layout convention: ``denominator`` (the gradient, W's
@@ -247,10 +245,8 @@ class Derivation:
     def steps_latex(self) -> str:
         """The whole derivation as one LaTeX ``aligned`` block, identities as \\text{}."""
         rows = [f"\\lambda &= {to_latex(self.lam, self._prim_names())}"]
-        for name, text in self.definitions.items():
-            node = next(k for k, v in self._names.items() if v == name)
-            shown = {k: v for k, v in self._prim_names().items() if k is not node}
-            rows.append(f"{tex_name(name)} &= {to_latex(node, shown)}")
+        for name, tex in self._definitions(to_latex):
+            rows.append(f"{tex_name(name)} &= {tex}")
         for i, st in enumerate(self.steps):
             lhs = "\\mathrm{d}\\lambda &= " if i == 0 else "&= "
             shown = self._step_names(st)

@@ -53,6 +53,15 @@ class TextPrinter:
             hit = self.memo[e] = self.visit(e)
         return hit
 
+    def terms(self, e: Expr) -> str:
+        """a + b - c: a term with a negative coefficient prints after a minus sign."""
+        parts = []
+        for i, t in enumerate(e.args):
+            negative, pos = _neg_split(t)
+            s = self.wrap(pos, ADD, strict=True)
+            parts.append(s if i == 0 and not negative else (("-" if i == 0 else " - ") + s if negative else " + " + s))
+        return "".join(parts)
+
     def visit(self, e: Expr):
         if e in self.names:
             name = self.names[e]
@@ -69,12 +78,7 @@ class TextPrinter:
         if op == "eye":
             return "I", ATOM
         if op == "add":
-            parts = []
-            for i, t in enumerate(e.args):
-                negative, pos = _neg_split(t)
-                s = self.wrap(pos, ADD, strict=True)
-                parts.append(s if i == 0 and not negative else (("-" if i == 0 else " - ") + s if negative else " + " + s))
-            return "".join(parts), ADD
+            return self.terms(e), ADD
         if op == "mul":
             negative, pos = _neg_split(e)
             fs = pos.args if pos.op == "mul" else (pos,)
@@ -184,12 +188,7 @@ class LatexPrinter(TextPrinter):
         if op == "eye":
             return "I", ATOM
         if op == "add":
-            parts = []
-            for i, t in enumerate(e.args):
-                negative, pos = _neg_split(t)
-                s = self.wrap(pos, ADD, strict=True)
-                parts.append(s if i == 0 and not negative else (("-" if i == 0 else " - ") + s if negative else " + " + s))
-            return "".join(parts), ADD
+            return self.terms(e), ADD
         if op == "mul":
             negative, pos = _neg_split(e)
             fs = pos.args if pos.op == "mul" else (pos,)
