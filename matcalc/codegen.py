@@ -38,6 +38,113 @@ HELPERS = {
     e = np.exp(z - np.max(z))
     return e / np.sum(e)
 ''',
+    # One LU factorisation of a matrix shared by its inv, solve, logdet and det, through
+    # the LAPACK inside NumPy's own OpenBLAS (numpy.linalg factors again on every call
+    # and computes inv as a solve against I).  Without that library: numpy.linalg.
+    "_lu": '''def _load_lapack():
+    """getrf, getrs and getri (64-bit integers) of NumPy's OpenBLAS, or None."""
+    try:
+        import ctypes
+        import glob
+        import os
+        here = os.path.dirname(np.__file__)
+        paths = sorted(glob.glob(os.path.join(here + ".libs", "*openblas*"))
+                       + glob.glob(os.path.join(here, ".dylibs", "*openblas*")))
+        for path in paths:
+            for prefix in ("scipy_", ""):
+                try:
+                    lib = ctypes.CDLL(path)
+                    fns = tuple(lib[prefix + "d" + f + "_64_"] for f in ("getrf", "getrs", "getri"))
+                except (OSError, AttributeError):
+                    continue
+                for f in fns:
+                    f.restype = None
+                lapack = (ctypes, fns)
+                a = np.array([[0.5, 2.0, 1.0], [3.0, -1.0, 0.25], [1.5, 0.5, 4.0]])
+                lu = _lu(a, lapack)
+                if (np.allclose(_lu_inv(lu, lapack), np.linalg.inv(a))
+                        and np.allclose(_lu_solve(lu, a[:, :2], True, lapack), np.linalg.solve(a.T, a[:, :2]))
+                        and np.isclose(_lu_logdet(lu)[1], np.linalg.slogdet(a)[1])):
+                    return lapack
+    except Exception:
+        pass
+    return None
+
+
+def _lu(a, lapack=None):
+    """(a, LU factors of a, pivots, singular?); factors None when LAPACK is not reachable."""
+    lapack = lapack or _LAPACK
+    a = np.asarray(a, dtype=float)
+    if lapack is None or a.shape[0] < 2:
+        return a, None, None, False
+    ctypes, (getrf, _, _) = lapack
+    n, info = ctypes.byref(ctypes.c_int64(a.shape[0])), ctypes.c_int64(0)
+    piv = np.empty(a.shape[0], dtype=np.int64)
+    f = np.array(a, order="C")  # a C-order copy, which LAPACK reads as a.T
+    getrf(n, n, ctypes.c_void_p(f.ctypes.data), n, ctypes.c_void_p(piv.ctypes.data), ctypes.byref(info))
+    return a, f, piv, info.value > 0
+
+
+def _lu_singular(lu):
+    if lu[3]:
+        raise np.linalg.LinAlgError("Singular matrix")
+
+
+def _lu_inv(lu, lapack=None, overwrite=False):
+    """inv(a) from its factors (getri); a copy unless the factors are needed no more."""
+    lapack = lapack or _LAPACK
+    a, f, piv, _ = lu
+    if f is None:
+        return np.linalg.inv(a)
+    _lu_singular(lu)
+    ctypes, (_, _, getri) = lapack
+    n, info = ctypes.byref(ctypes.c_int64(a.shape[0])), ctypes.c_int64(0)
+    f = f if overwrite else f.copy()
+    work = np.empty(64 * a.shape[0])
+    getri(n, ctypes.c_void_p(f.ctypes.data), n, ctypes.c_void_p(piv.ctypes.data),
+          ctypes.c_void_p(work.ctypes.data), ctypes.byref(ctypes.c_int64(work.size)), ctypes.byref(info))
+    return f  # LAPACK inverted a.T in Fortran order: in C order this is inv(a)
+
+
+def _lu_solve(lu, b, transposed=False, lapack=None):
+    """solve(a, b), or solve(a.T, b) if transposed, from the factors of a (getrs)."""
+    lapack = lapack or _LAPACK
+    a, f, piv, _ = lu
+    if f is None:
+        return np.linalg.solve(a.T if transposed else a, b)
+    _lu_singular(lu)
+    ctypes, (_, getrs, _) = lapack
+    x = np.array(np.transpose(b), dtype=float, order="C")  # C order of b.T = Fortran order of b
+    n, info = ctypes.byref(ctypes.c_int64(a.shape[0])), ctypes.c_int64(0)
+    nrhs = ctypes.byref(ctypes.c_int64(1 if x.ndim == 1 else x.shape[0]))
+    getrs(ctypes.c_char_p(b"N" if transposed else b"T"), n, nrhs, ctypes.c_void_p(f.ctypes.data), n,
+          ctypes.c_void_p(piv.ctypes.data), ctypes.c_void_p(x.ctypes.data), n, ctypes.byref(info),
+          ctypes.c_size_t(1))
+    return x.T
+
+
+def _lu_logdet(lu):
+    """(sign, log|det a|) from the factors, as numpy.linalg.slogdet."""
+    a, f, piv, _ = lu
+    if f is None:
+        return np.linalg.slogdet(a)
+    d = np.diagonal(f)
+    swaps = np.count_nonzero(piv != np.arange(1, len(piv) + 1))
+    with np.errstate(divide="ignore"):
+        return (-1.0) ** swaps * np.prod(np.sign(d)), np.sum(np.log(np.abs(d)))
+
+
+def _lu_det(lu):
+    sign, logdet = _lu_logdet(lu)
+    return sign * np.exp(logdet)
+
+
+def _inv(a):
+    return _lu_inv(_lu(a), overwrite=True)
+
+
+_LAPACK = _load_lapack()
+''',
 }
 
 # elementwise and reduction templates: op -> format string of one argument
@@ -51,6 +158,16 @@ TEMPLATES = {
     "Diag": "np.diag({})", "norm2": "_norm2({})", "norm1": "np.sum(np.abs({}))",
     "logsumexp": "_logsumexp({})", "softmax": "_softmax({})",
 }
+
+FACTOR_OPS = ("inv", "solve", "logdet", "det")
+
+
+def factor_base(n: Expr) -> tuple:
+    """The matrix B whose LU factors serve n (inv, solve, logdet or det of B or Bᵀ), and
+    whether n uses Bᵀ."""
+    m = n.args[0]
+    return (m.args[0], True) if m.op == "T" else (m, False)
+
 
 RESERVED = set(keyword.kwlist) | set(keyword.softkwlist) | set(dir(builtins)) | {"np", "numpy"}
 _TEMP = re.compile(r"^(t\d+|_.*|[a-z]*dim_.*)$")
@@ -122,6 +239,12 @@ class Emitter:
         def float_partner(p, n):
             return any(f is not n and f.op not in ("step", "const") and f.shape == n.shape for f in p.args)
 
+        # matrices with several of inv / solve / logdet / det: factorised once
+        self.lu_users: dict = {}
+        for n in order:
+            if n.op in FACTOR_OPS:
+                self.lu_users.setdefault(factor_base(n)[0], set()).add(n)
+        self.lu_names: dict = {}
         self.bool_ok = {n: n.op == "step" and n not in outputs and all(
             p.op == "mul" and p.shape == n.shape and float_partner(p, n) for p in parents.get(n, []))
             for n in order}
@@ -151,8 +274,34 @@ class Emitter:
             return rest[0] if len(rest) == 1 else "(" + " * ".join(rest) + ")"
         return None
 
+    def factored(self, n: Expr, a: list):
+        """Code of inv / solve / logdet / det of a matrix, through one shared LU
+        factorisation when the matrix has several such uses; None: the plain template."""
+        base, transposed = factor_base(n)
+        if len(self.lu_users[base]) < 2:
+            if n.op != "inv":
+                return None
+            self.helpers.add("_lu")  # getri after getrf: faster than numpy.linalg.inv
+            return f"_inv({a[0]})"
+        if base not in self.lu_names:
+            self.helpers.add("_lu")
+            name = f"t{self.counter}"
+            self.counter += 1
+            self.lines.append(f"{name} = _lu({self.code[base]})")
+            self.lu_names[base] = name
+        lu = self.lu_names[base]
+        if n.op == "inv":
+            return f"_lu_inv({lu})" + (".T" if transposed else "")
+        if n.op == "solve":
+            return f"_lu_solve({lu}, {a[1]}" + (", True)" if transposed else ")")
+        return f"_lu_logdet({lu})[1]" if n.op == "logdet" else f"_lu_det({lu})"
+
     def node(self, n: Expr, a: list) -> str:
         op = n.op
+        if op in FACTOR_OPS:
+            s = self.factored(n, a)
+            if s is not None:
+                return s
         if op == "sym":
             return self.params[n.attr]
         if op == "const":

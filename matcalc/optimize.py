@@ -206,4 +206,46 @@ def optimize(outputs: list) -> list:
                 return ir.add(*terms)
         return None
 
-    return [opt(o) for o in outputs]
+    return _share_products(_rebuild([opt(o) for o in outputs], _row_as_column))
+
+
+def _rebuild(outputs: list, fn) -> list:
+    """The DAG with fn applied to every node, bottom-up, once per distinct node."""
+    memo: dict = {}
+    for root in outputs:
+        for node in ir.walk(root):
+            if node not in memo:
+                args = tuple(memo[a] for a in node.args)
+                memo[node] = fn(node if args == node.args else Expr(node.op, args, node.attr, node.shape))
+    return [memo[o] for o in outputs]
+
+
+def _t(e: Expr) -> Expr:
+    return e.args[0] if e.op == "T" else e if e.shape == SCALAR else ir.T(e)
+
+
+def _row_as_column(e: Expr) -> Expr:
+    """xᵀA = (Aᵀx)ᵀ: a row-vector product written as a column one, so that equal
+    products meet as one node (xᵀS⁻ᵀ and S⁻¹x) and are computed once."""
+    if e.op == "matmul" and e.shape[0] == 1 and e.shape[1] != 1 and e.args[0].shape[1] != 1:
+        a, b = e.args
+        return _t(ir.matmul(_t(b), _t(a)))
+    return e
+
+
+def _share_products(outputs: list) -> list:
+    """(A + B)x = Ax + Bx when Ax and Bx are computed anyway (in another output, say)."""
+    known = {n for root in outputs for n in ir.walk(root)}
+
+    def fn(e: Expr) -> Expr:
+        if e.op != "matmul":
+            return e
+        a, b = e.args
+        for s, side in ((a, 0), (b, 1)):
+            if s.op == "add" and not any(t.shape == SCALAR for t in s.args):
+                parts = [ir.matmul(t, b) if side == 0 else ir.matmul(a, t) for t in s.args]
+                if all(p in known for p in parts):
+                    return ir.add(*parts)
+        return e
+
+    return _rebuild(outputs, fn)

@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 
 import matcalc
+from matcalc.codegen import HELPERS
 from fd import central_fd_grad, rel_error
 from conftest import load_corpus
 
@@ -49,12 +50,36 @@ def _functions(src_or_tree) -> dict:
     return {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
 
 
+# the emitter's fixed helper library: text that no input can change, checked on its own
+HELPER_BLOCKS = [b.strip("\n") for h in HELPERS.values() for b in h.split("\n\n\n") if b.strip()]
+HELPER_NAMES = {n.name if isinstance(n, ast.FunctionDef) else n.targets[0].id
+                for b in HELPER_BLOCKS for n in ast.parse(b).body}
+
+
+def without_helpers(src: str) -> str:
+    for block in HELPER_BLOCKS:
+        src = src.replace(block, "")
+    return src
+
+
+def test_helper_library_defines_functions_and_one_flag_only():
+    for block in HELPER_BLOCKS:
+        for node in ast.parse(block).body:
+            assert isinstance(node, ast.FunctionDef) or (
+                isinstance(node, ast.Assign) and node.targets[0].id == "_LAPACK"), ast.dump(node)
+        for n in ast.walk(ast.parse(block)):
+            if isinstance(n, ast.Name):
+                assert n.id not in UNSAFE_CALLS, n.id
+
+
 def assert_safe_source(src: str, fname: str, params: dict):
-    """The emitted module: compiles; only an import of numpy and function definitions at
-    module level; ``fname`` takes exactly the sanitised parameters, keyword-only; those are
-    identifiers that shadow nothing; every name it reads is defined; string constants are
-    docstrings or symbol names (dict keys); no call of eval/exec/…"""
+    """The emitted module, less the fixed helper library: compiles; only an import of numpy
+    and function definitions at module level; ``fname`` takes exactly the sanitised
+    parameters, keyword-only; those are identifiers that shadow nothing; every name it reads
+    is defined; string constants are docstrings or symbol names (dict keys); no call of
+    eval/exec/…"""
     compile(src, "<emitted>", "exec")
+    src = without_helpers(src)
     tree = ast.parse(src)
     for node in tree.body:
         if isinstance(node, ast.Import):
@@ -71,7 +96,7 @@ def assert_safe_source(src: str, fname: str, params: dict):
     assigned = {t.id for n in ast.walk(f) if isinstance(n, (ast.Assign, ast.AugAssign))
                 for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
                 if isinstance(t, ast.Name)}
-    used_helpers = {n.id for n in ast.walk(f) if isinstance(n, ast.Name) and n.id in funcs}
+    used_helpers = {n.id for n in ast.walk(f) if isinstance(n, ast.Name) and (n.id in funcs or n.id in HELPER_NAMES)}
     for a in args:
         assert a.isidentifier() and a.isascii(), a
         assert not keyword.iskeyword(a) and not keyword.issoftkeyword(a), a
@@ -83,7 +108,7 @@ def assert_safe_source(src: str, fname: str, params: dict):
             assert params[user] != user, f"{user!r} was not renamed"
     # every name read is a parameter, a local, np, a helper, or a harmless builtin
     for fn in funcs.values():
-        defined = {a.arg for a in fn.args.kwonlyargs + fn.args.args} | {"np"} | set(funcs)
+        defined = {a.arg for a in fn.args.kwonlyargs + fn.args.args} | {"np"} | set(funcs) | HELPER_NAMES
         defined |= {t.id for n in ast.walk(fn) if isinstance(n, ast.Assign)
                     for t in n.targets if isinstance(t, ast.Name)}
         for n in ast.walk(fn):
@@ -359,7 +384,7 @@ def test_emitted_source_is_an_importable_module(expr, wrt, shapes, tmp_path):
     want = d.function(**inputs)
     assert np.array_equal(np.asarray(got), np.asarray(want))
     # the module is self-contained: it only needs numpy
-    assert set(vars(mod)) - {"np"} <= set(_functions(d.numpy_source)) | {
+    assert set(vars(mod)) - {"np"} <= set(_functions(d.numpy_source)) | HELPER_NAMES | {
         "__name__", "__doc__", "__package__", "__loader__", "__spec__", "__file__", "__cached__",
         "__builtins__"}
 
