@@ -20,8 +20,8 @@ HELPERS = {
     return np.exp(-np.logaddexp(0.0, -z))
 ''',
     "_logsumexp": '''def _logsumexp(z):
-    m = np.max(z)
-    return m + np.log(np.sum(np.exp(z - m)))
+    m = np.maximum.reduce(z, None)
+    return m + np.log(np.add.reduce(np.exp(z - m), None))
 ''',
     "_over_norm": '''def _over_norm(a, n):
     # a / ‖x‖, and 0 where ‖x‖ = 0: the least-norm subgradient of ‖x‖ there
@@ -35,8 +35,8 @@ HELPERS = {
     return m * np.linalg.norm(x / m) if 0.0 < m < np.inf else n
 ''',
     "_softmax": '''def _softmax(z):
-    e = np.exp(z - np.max(z))
-    return e / np.sum(e)
+    e = np.exp(z - np.maximum.reduce(z, None))
+    return e / np.add.reduce(e, None)
 ''',
     # One LU factorisation of a matrix shared by its inv, solve, logdet and det, through
     # the LAPACK inside NumPy's own OpenBLAS (numpy.linalg factors again on every call
@@ -64,7 +64,7 @@ HELPERS = {
                 lu = _lu(a, lapack)
                 if (np.allclose(_lu_inv(lu, lapack), np.linalg.inv(a))
                         and np.allclose(_lu_solve(lu, a[:, :2], True, lapack), np.linalg.solve(a.T, a[:, :2]))
-                        and np.isclose(_lu_logdet(lu)[1], np.linalg.slogdet(a)[1])):
+                        and np.isclose(_lu_det(lu), np.linalg.det(a))):
                     return lapack
     except Exception:
         pass
@@ -124,19 +124,22 @@ def _lu_solve(lu, b, transposed=False, lapack=None):
 
 
 def _lu_logdet(lu):
-    """(sign, log|det a|) from the factors, as numpy.linalg.slogdet."""
-    a, f, piv, _ = lu
+    """log|det a| from the factors: the log-sum of |diagonal of U|."""
+    a, f, _, singular = lu
     if f is None:
-        return np.linalg.slogdet(a)
-    d = np.diagonal(f)
-    swaps = np.count_nonzero(piv != np.arange(1, len(piv) + 1))
-    with np.errstate(divide="ignore"):
-        return (-1.0) ** swaps * np.prod(np.sign(d)), np.sum(np.log(np.abs(d)))
+        return np.linalg.slogdet(a)[1]
+    return -np.inf if singular else np.add.reduce(np.log(np.abs(f.diagonal())))
 
 
 def _lu_det(lu):
-    sign, logdet = _lu_logdet(lu)
-    return sign * np.exp(logdet)
+    """det a from the factors: sign from the row swaps and U's diagonal, size from the log."""
+    a, f, piv, singular = lu
+    if f is None:
+        return np.linalg.det(a)
+    if singular:
+        return 0.0
+    swaps = np.count_nonzero(piv != np.arange(1, len(piv) + 1))
+    return (-1.0) ** swaps * np.prod(np.sign(f.diagonal())) * np.exp(_lu_logdet(lu))
 
 
 def _inv(a):
@@ -153,9 +156,9 @@ TEMPLATES = {
     "cos": "np.cos({})", "tanh": "np.tanh({})", "sigmoid": "_sigmoid({})",
     "relu": "np.maximum({}, 0.0)", "step": "np.heaviside({}, 0.0)", "abs": "np.abs({})",
     "sign": "np.sign({})", "softplus": "np.logaddexp(0.0, {})",
-    "sum": "np.sum({})", "tr": "np.trace({})", "det": "np.linalg.det({})",
+    "sum": "np.add.reduce({}, None)", "tr": "np.trace({})", "det": "np.linalg.det({})",
     "logdet": "np.linalg.slogdet({})[1]", "inv": "np.linalg.inv({})", "diag": "np.diag({})",
-    "Diag": "np.diag({})", "norm2": "_norm2({})", "norm1": "np.sum(np.abs({}))",
+    "Diag": "np.diag({})", "norm2": "_norm2({})", "norm1": "np.add.reduce(np.abs({}), None)",
     "logsumexp": "_logsumexp({})", "softmax": "_softmax({})",
 }
 
@@ -294,7 +297,7 @@ class Emitter:
             return f"_lu_inv({lu})" + (".T" if transposed else "")
         if n.op == "solve":
             return f"_lu_solve({lu}, {a[1]}" + (", True)" if transposed else ")")
-        return f"_lu_logdet({lu})[1]" if n.op == "logdet" else f"_lu_det({lu})"
+        return f"_lu_logdet({lu})" if n.op == "logdet" else f"_lu_det({lu})"
 
     def node(self, n: Expr, a: list) -> str:
         op = n.op
@@ -344,7 +347,7 @@ class Emitter:
             if x.shape[1] == 1:  # inner size 1: a scaling or an outer product
                 if x.shape == SCALAR or y.shape == SCALAR:
                     return f"({a[0]} * {a[1]})"
-                return f"np.outer({a[0]}, {a[1]})"
+                return f"np.multiply.outer({a[0]}, {a[1]})"
             # Diag(h)@A scales rows, A@Diag(h) scales columns: never build Diag(h)
             if x.op == "Diag" and len(np_shape(y.shape)) == 2:
                 return f"({self.code[x.args[0]]}[:, None] * {a[1]})"
@@ -357,13 +360,17 @@ class Emitter:
             return f"{a[0]}.T" if len(np_shape(n.shape)) == 2 else a[0]
         if op == "frob":
             x, y = n.args
+            if y.op == "const" and x.op == "const":  # c1:d1 = c d (number of entries)
+                dims = [self.dim(d) for d in np_shape(x.shape)]
+                return "(" + " * ".join([repr(float(x.attr * y.attr))] + dims) + ")"
             if y.op == "const" or x.op == "const":  # A:c1 = c sum(A)
                 c, other = (y.attr, a[0]) if y.op == "const" else (x.attr, a[1])
-                return f"np.sum({other})" if c == 1.0 else f"({c!r} * np.sum({other}))"
+                total = f"np.add.reduce({other}, None)"
+                return total if c == 1.0 else f"({c!r} * {total})"
             if x.shape == SCALAR:
                 return f"({a[0]} * {a[1]})"
             if len(np_shape(x.shape)) == 1:
-                return f"({a[0]} @ {a[1]})"
+                return f"np.dot({a[0]}, {a[1]})"
             return f"np.vdot({a[0]}, {a[1]})"
         if op in ("sum", "tr") and n.args[0].shape == SCALAR:
             return a[0]

@@ -206,7 +206,7 @@ def optimize(outputs: list) -> list:
                 return ir.add(*terms)
         return None
 
-    return _share_products(_rebuild([opt(o) for o in outputs], _row_as_column))
+    return _split_sums(_share_products(_rebuild([opt(o) for o in outputs], _row_as_column)))
 
 
 def _rebuild(outputs: list, fn) -> list:
@@ -247,5 +247,53 @@ def _share_products(outputs: list) -> list:
                 if all(p in known for p in parts):
                     return ir.add(*parts)
         return e
+
+    return _rebuild(outputs, fn)
+
+
+def _split_sums(outputs: list) -> list:
+    """sum(a + u∘v + k) = sum(a) + u:v + k·(number of entries), for a sum used nowhere
+    else: a product summed is one dot product, a constant summed is a count, and the
+    array additions that carried them are not done."""
+    uses = _use_counts([Expr("outputs", tuple(outputs), None, SCALAR)])
+
+    def fn(e: Expr) -> Expr:
+        if e.op == "sum":
+            X, c = e.args[0], 1.0
+        elif e.op == "frob" and any(a.op == "const" and a.shape != SCALAR for a in e.args):
+            X, c = (e.args[0], e.args[1].attr) if e.args[1].op == "const" else (e.args[1], e.args[0].attr)
+        else:
+            return e
+        if X.op != "add" or uses.get(X, 0) > 1:
+            return e
+        ones = ir.const(1.0, X.shape)
+        keep, out = [], []
+        for t in X.args:
+            fs = t.args if t.op == "mul" else (t,)
+            sc = [f for f in fs if f.shape == SCALAR]
+            arr = [f for f in fs if f.shape != SCALAR]
+            if len(arr) == 1 and arr[0].op == "pow" and arr[0].args[1] == ir.const(2.0):
+                arr = [arr[0].args[0], arr[0].args[0]]  # u² summed is u:u
+            if not arr:  # a scalar added to every entry
+                k = [f for f in sc if f.op == "const"]
+                value = 1.0
+                for f in k:
+                    value *= f.attr
+                rest = [f for f in sc if f.op != "const"]
+                out.append(ir.mul(*rest, ir.frob(ir.const(value, X.shape), ones)) if rest
+                           else ir.frob(ir.const(value, X.shape), ones))
+            elif len(arr) == 2 and arr[0].shape == arr[1].shape == X.shape:
+                out.append(ir.mul(*sc, ir.frob(*arr)) if sc else ir.frob(*arr))
+            else:
+                keep.append(t)
+        if not out:
+            return e
+        if keep:
+            rest = keep[0] if len(keep) == 1 else ir.add(*keep)
+            if rest.shape != X.shape:
+                return e
+            out.insert(0, ir.frob(rest, ones))
+        total = out[0] if len(out) == 1 else ir.add(*out)
+        return total if c == 1.0 else ir.mul(ir.const(c), total)
 
     return _rebuild(outputs, fn)

@@ -52,3 +52,37 @@ def test_gaussian_nll_value_and_every_gradient():
     # one LU factorisation of S serves inv(S) and logdet(S)
     assert body.count("_lu(S)") == 1 and body.count("_lu_inv(") == 1, body
     assert "slogdet" not in body and "np.linalg.inv" not in body, body
+
+
+@pytest.mark.parametrize("expr,shapes,dotted", [
+    ("sum(exp(x) + x*x - 1 + alpha)", {"x": ("n",), "alpha": ()}, True),
+    ("(x - 1 + 3*y*x):1", {"x": ("n",), "y": ("n",)}, True),
+    ("sum(A*A + 2*B*A - 3)", {"A": ("n", "m"), "B": ("n", "m")}, True),
+    ("sum(u@v.T - 2)", {"u": ("n",), "v": ("m",)}, False),
+    ("sum(exp(A) - alpha*2)", {"A": ("n", "m"), "alpha": ()}, False),
+    ("sum(x**2 + 4)", {"x": ("n",)}, True),
+])
+def test_a_sum_of_terms_is_split_into_cheaper_reductions(expr, shapes, dotted):
+    """sum(a + u∘v + k) = sum(a) + u:v + k·#entries; the value is checked against the sum
+    of the array that holds every term, on sizes that differ per dimension."""
+    rng = np.random.default_rng(11)
+    sizes = {"n": 5, "m": 3}
+    inputs = {k: (float(rng.standard_normal()) if not s else rng.standard_normal([sizes[d] for d in s]))
+              for k, s in shapes.items()}
+    x, y, A, B, u, v, alpha = (inputs.get(k) for k in ("x", "y", "A", "B", "u", "v", "alpha"))
+    want = {
+        "sum(exp(x) + x*x - 1 + alpha)": lambda: np.sum(np.exp(x) + x * x - 1 + alpha),
+        "(x - 1 + 3*y*x):1": lambda: np.sum(x - 1 + 3 * y * x),
+        "sum(A*A + 2*B*A - 3)": lambda: np.sum(A * A + 2 * B * A - 3),
+        "sum(u@v.T - 2)": lambda: np.sum(np.outer(u, v) - 2),
+        "sum(exp(A) - alpha*2)": lambda: np.sum(np.exp(A) - alpha * 2),
+        "sum(x**2 + 4)": lambda: np.sum(x ** 2 + 4),
+    }[expr]()
+    vg = matcalc.value_and_grad(expr, wrt=list(shapes), shapes=shapes)
+    value, grads = vg.function(**inputs)
+    assert abs(value - want) < 1e-12 * max(1.0, abs(want))
+    d = matcalc.derive(expr, wrt=list(shapes)[0], shapes=shapes)
+    assert abs(d.value_function(**inputs) - want) < 1e-12 * max(1.0, abs(want))
+    body = vg.numpy_source.split("def value_and_grad")[1]
+    if dotted:  # the summed product became a dot product: no elementwise square or product summed
+        assert "np.dot(" in body or "np.vdot(" in body, body
