@@ -402,13 +402,15 @@ def function_source(fname: str, outputs: list[Expr], param_names: list[str], sym
     if doc:
         safe = not any(ch in doc for ch in "\\\"'\n")
         head.append('    """' + doc + '"""' if safe else "    " + repr(doc))
-    for dname, pname, axis in em.dims_needed.values():
-        head.append(f"    {dname} = np.shape({pname})[{axis}]")
     body = ["    " + line for line in em.lines]
     ret = results[0] if len(results) == 1 else "(" + ", ".join(results) + ")"
     if returns is not None:
         ret = returns(results)
     body.append(f"    return {ret}")
+    text = "\n".join(body)
+    for dname, pname, axis in em.dims_needed.values():
+        if re.search(rf"\b{dname}\b", text):  # (a summed array of ones is never built)
+            head.append(f"    {dname} = np.shape({pname})[{axis}]")
     helpers = "".join(HELPERS[h] + "\n\n" for h in sorted(em.helpers))
     return helpers + "\n".join(head + body) + "\n", params
 

@@ -206,7 +206,8 @@ def optimize(outputs: list) -> list:
                 return ir.add(*terms)
         return None
 
-    return _split_sums(_share_products(_rebuild([opt(o) for o in outputs], _row_as_column)))
+    outputs = _share_products(_rebuild([opt(o) for o in outputs], _row_as_column))
+    return _split_sums(_reuse_sums(_sigmoid_from_softplus(outputs)))
 
 
 def _rebuild(outputs: list, fn) -> list:
@@ -295,5 +296,68 @@ def _split_sums(outputs: list) -> list:
             out.insert(0, ir.frob(rest, ones))
         total = out[0] if len(out) == 1 else ir.add(*out)
         return total if c == 1.0 else ir.mul(ir.const(c), total)
+
+    return _rebuild(outputs, fn)
+
+
+def _sigmoid_from_softplus(outputs: list) -> list:
+    """σ(z) = exp(z − softplus(z)) = exp(−softplus(−z)) when that softplus is computed
+    anyway (a logistic loss and its gradient): one exp instead of a second log-add-exp."""
+    softplus = {n.args[0]: n for root in outputs for n in ir.walk(root) if n.op == "softplus"}
+
+    def fn(e: Expr) -> Expr:
+        if e.op != "sigmoid":
+            return e
+        z = e.args[0]
+        if z in softplus:
+            return ir.func("exp", ir.add(z, ir.neg(softplus[z])))
+        minus_z = ir.neg(z)
+        if minus_z in softplus:
+            return ir.func("exp", ir.neg(softplus[minus_z]))
+        return e
+
+    return _rebuild(outputs, fn) if softplus else outputs
+
+
+def _signed(t: Expr) -> tuple:
+    """(sign, term) of an addend: −b is (−1, b)."""
+    if t.op == "mul" and len(t.args) == 2 and t.args[0] == ir.const(-1.0):
+        return -1, t.args[1]
+    return 1, t
+
+
+def _reuse_sums(outputs: list) -> list:
+    """a − b − c = a − (b + c) when the sum b + c is computed anyway (a VAE's z = Wx + c
+    inside exp(z) − Wx − c): one array addition fewer."""
+    known: dict = {}
+    for root in outputs:
+        for n in ir.walk(root):
+            if n.op == "add" and 2 <= len(n.args) <= 4:
+                signed = [_signed(t) for t in n.args]
+                if len({b for _, b in signed}) == len(signed):
+                    known.setdefault(signed[0][1], []).append((n, signed))
+
+    def fn(e: Expr) -> Expr:
+        while True:
+            new = once(e)
+            if new is e:
+                return e
+            e = new
+
+    def once(e: Expr) -> Expr:
+        if e.op != "add" or len(e.args) < 3:
+            return e
+        terms = [_signed(t) for t in e.args]
+        index = {b: s for s, b in terms}
+        for _, b in terms:
+            for z, zs in known.get(b, ()):
+                if z == e or len(zs) >= len(terms):
+                    continue
+                sigma = index.get(zs[0][1], 0) * zs[0][0]
+                if sigma and all(index.get(zb) == sigma * s for s, zb in zs):
+                    used = {zb for _, zb in zs}
+                    rest = [t for t in e.args if _signed(t)[1] not in used]
+                    return ir.add(*rest, z if sigma == 1 else ir.neg(z))
+        return e
 
     return _rebuild(outputs, fn)

@@ -86,3 +86,44 @@ def test_a_sum_of_terms_is_split_into_cheaper_reductions(expr, shapes, dotted):
     body = vg.numpy_source.split("def value_and_grad")[1]
     if dotted:  # the summed product became a dot product: no elementwise square or product summed
         assert "np.dot(" in body or "np.vdot(" in body, body
+
+
+def _softplus(t):
+    return np.logaddexp(0.0, t)
+
+
+@pytest.mark.parametrize("scale", [1.0, 1000.0])
+def test_logistic_sigmoid_comes_from_the_softplus_of_the_value(scale):
+    """σ(z) = exp(z − softplus(z)): one log-add-exp serves λ and the gradient, and the
+    gradient stays right where |z| = 1000."""
+    expr = "sum(log(1 + exp(-y*(X@w))))"
+    vg = matcalc.value_and_grad(expr, wrt=["w", "y"], shapes={"X": ("n", "d"), "w": ("d",), "y": ("n",)})
+    body = vg.numpy_source.split("def value_and_grad")[1]
+    assert body.count("np.logaddexp(") == 1 and "_sigmoid" not in body, body
+    rng = np.random.default_rng(3)
+    X, w = rng.standard_normal((7, 4)), rng.standard_normal(4)
+    w *= scale / np.max(np.abs(X @ w))
+    y = np.sign(rng.standard_normal(7))
+    value, grads = vg.function(X=X, w=w, y=y)
+    t = -y * (X @ w)
+    sig = np.exp(-np.logaddexp(0.0, -t))  # σ(t), stable both ways
+    assert abs(value - np.sum(_softplus(t))) <= 1e-12 * max(1.0, abs(value))
+    assert rel_err(grads["w"], -X.T @ (sig * y)) < 1e-12
+    assert rel_err(grads["y"], -sig * (X @ w)) < 1e-12
+
+
+def test_a_sum_computed_for_the_gradient_is_reused_by_the_value():
+    """λ = alpha*(exp(z) − Wx − c + m∘m − 1):1 with z = Wx + c: the value uses z and
+    exp(z) − 1 as computed for the gradient."""
+    expr = "alpha*(exp(W@x+c)-W@x-c+m*m-1):1"
+    vg = matcalc.value_and_grad(expr, wrt=["W", "c", "m", "alpha"])
+    body = vg.numpy_source.split('"""')[-1]
+    assert body.count(" c)") + body.count("(c ") + body.count(" c ") == 1, body  # c is added once
+    assert body.count("np.exp(") == 1 and "dim_" not in body, body
+    rng = np.random.default_rng(8)
+    W, x, c, m = rng.standard_normal((5, 3)), rng.standard_normal(3), rng.standard_normal(5), rng.standard_normal(5)
+    value, grads = vg.function(W=W, x=x, c=c, m=m, alpha=0.7)
+    z = W @ x + c
+    assert abs(value - 0.7 * np.sum(np.exp(z) - z + m * m - 1)) < 1e-12 * abs(value)
+    assert rel_err(grads["W"], np.outer(0.7 * (np.exp(z) - 1), x)) < 1e-12
+    assert abs(grads["alpha"] - np.sum(np.exp(z) - z + m * m - 1)) < 1e-12 * abs(value)
