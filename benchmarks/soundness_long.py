@@ -9,7 +9,8 @@ NumPy Generator), derives every symbol's gradient with matcalc and compares
 it with central finite differences of the generator's *independent* NumPy
 evaluation of λ (tests/fd.py).  Prints "X passed, Y failed" (per case: a
 case fails if any of its gradients is wrong, refused or crashes) and then
-every failing expression.  Exit status 1 if anything failed.
+every failing expression.  Each case's value function and value_and_grad (which
+have their own emitted code) are checked too.  Exit status 1 if anything failed.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from fd import check_gradient  # noqa: E402
 def run_case(matcalc, case, rng, shapes):
     """Return a list of failure descriptions (empty if the case passed)."""
     inputs = case.draw_inputs(rng)
-    failures = []
+    failures, grads = [], {}
     for w in case.wrt:
         try:
             d = matcalc.derive(case.expr, wrt=w, shapes=shapes)
@@ -51,7 +52,32 @@ def run_case(matcalc, case, rng, shapes):
         if not res.ok:
             failures.append(f"wrt={w}: {res.describe()}; matcalc says "
                             f"{getattr(d, 'text', '?')}")
+            continue
+        grads[w] = got
+    failures += check_value_and_grad(matcalc, case, inputs, shapes, grads) if grads else []
     return failures
+
+
+def check_value_and_grad(matcalc, case, inputs, shapes, grads):
+    """The emitted value function and value_and_grad (its own emitted code) agree with the
+    generator's λ and with the gradients checked above."""
+    want = case.f(**inputs)
+    tol = lambda ref: 1e-8 * max(1.0, float(np.max(np.abs(ref))))
+    try:
+        d = matcalc.derive(case.expr, wrt=next(iter(grads)), shapes=shapes)
+        value = d.value_function(**inputs)
+        value2, got = matcalc.value_and_grad(case.expr, wrt=list(grads), shapes=shapes).function(**inputs)
+    except Exception as e:
+        tb = traceback.format_exception_only(type(e), e)[-1].strip()
+        return [f"value / value_and_grad: crashed ({tb})"]
+    out = []
+    for name, v in (("value function", value), ("value_and_grad value", value2)):
+        if not abs(v - want) <= tol(want):
+            out.append(f"{name} {v!r}, expected {want!r}")
+    for w, g in grads.items():
+        if np.shape(got[w]) != np.shape(g) or not np.max(np.abs(np.asarray(got[w]) - g), initial=0.0) <= tol(g):
+            out.append(f"value_and_grad gradient wrt {w} differs from the single gradient")
+    return out
 
 
 def main(argv=None) -> int:

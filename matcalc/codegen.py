@@ -369,8 +369,8 @@ class Emitter:
                 return total if c == 1.0 else f"({c!r} * {total})"
             if x.shape == SCALAR:
                 return f"({a[0]} * {a[1]})"
-            if len(np_shape(x.shape)) == 1:
-                return f"np.dot({a[0]}, {a[1]})"
+            if len(np_shape(x.shape)) == 1:  # the method is quicker, and a computed operand is an array
+                return f"{a[0]}.dot({a[1]})" if a[0] not in self.params.values() else f"np.dot({a[0]}, {a[1]})"
             return f"np.vdot({a[0]}, {a[1]})"
         if op in ("sum", "tr") and n.args[0].shape == SCALAR:
             return a[0]

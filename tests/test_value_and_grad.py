@@ -85,7 +85,7 @@ def test_a_sum_of_terms_is_split_into_cheaper_reductions(expr, shapes, dotted):
     assert abs(d.value_function(**inputs) - want) < 1e-12 * max(1.0, abs(want))
     body = vg.numpy_source.split("def value_and_grad")[1]
     if dotted:  # the summed product became a dot product: no elementwise square or product summed
-        assert "np.dot(" in body or "np.vdot(" in body, body
+        assert ".dot(" in body or "np.vdot(" in body, body
 
 
 def _softplus(t):
