@@ -178,7 +178,8 @@ def _factor(items, total, shape):
         for side in (0, 1):
             if len(items) > 1 and all(core.op == "matmul" for core, _ in items):
                 first = items[0][0].args[side]
-                if all(core.args[side] is first for core, _ in items):
+                if all(core.args[side] is first for core, _ in items) and len(
+                        {core.args[1 - side].shape for core, _ in items}) == 1:  # (no broadcast term)
                     others = s_add(*[scale(c, core.args[1 - side]) for core, c in items])
                     return s_matmul(first, others) if side == 0 else s_matmul(others, first)
     mags = {abs(c) for _, c in items}

@@ -15,6 +15,10 @@ CASES = [
     ("cancellation_inside_a_function", "sin(mu.T - tau - mu.T - sum(W1))@sigmoid(Y@(w*w))", {"mu": ("n",)}, "tau"),
     # step(w) emitted as a boolean mask was then negated
     ("negated_step_mask", "-(step(w):w)", {}, "w"),
+    # A@u + vᵀ@u (a vector plus a broadcast scalar) was factored as (A + vᵀ)@u
+    ("common_factor_of_a_broadcast_term", "(A@u + v.T@u):w", {}, "u"),
+    ("common_factor_of_a_broadcast_term_wrt_A", "(A@u + v.T@u):w", {}, "A"),
+    ("common_factor_inside_a_function", "sin(B@c + c.T@c):y", {}, "c"),
 ]
 
 
