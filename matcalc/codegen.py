@@ -328,9 +328,16 @@ class Emitter:
         if op == "solve":
             return f"np.linalg.solve({a[0]}, {a[1]})"
         if op == "div":
-            if n.args[1].op == "norm2":
+            den = n.args[1]
+            if den.op == "norm2":
                 self.helpers.add("_over_norm")
                 return f"_over_norm({a[0]}, {a[1]})"
+            if den.op == "mul" and any(f.op == "norm2" for f in den.args):
+                # a / (‖x‖ r) = (a / r) / ‖x‖, and 0 where ‖x‖ = 0 (as for a / ‖x‖)
+                k = next(i for i, f in enumerate(den.args) if f.op == "norm2")
+                rest = [self.code[f] for i, f in enumerate(den.args) if i != k]
+                self.helpers.add("_over_norm")
+                return f"_over_norm(({a[0]} / {' / '.join(rest)}), {self.code[den.args[k]]})"
             return f"({a[0]} / {a[1]})"
         if op == "pow":
             k = n.args[1]

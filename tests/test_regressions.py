@@ -49,3 +49,20 @@ def test_norm2_at_zero_takes_the_least_norm_subgradient():
     fd = central_fd(lambda a: float(eval_text("norm2(relu(-q.T)) - sin(det(U))", a)), {"q": q, "U": U}, "q")
     assert np.all(fd == 0.0)
     assert np.all(matcalc.derive("norm2(x)", wrt="x").function(x=np.zeros(4)) == 0.0)
+
+
+@pytest.mark.parametrize("expr", ["norm2(log(1 + x*x))", "norm2(log(1 + step(tau)*(A@x)*(A@x)))"])
+def test_norm2_inside_a_product_denominator_at_zero(expr):
+    """d‖y‖ = y/‖y‖ : dy simplifies to a quotient whose denominator is ‖y‖·(1 + …): at
+    y = 0 that is the least-norm subgradient 0 as well, not 0/0 (long run, seed 44)."""
+    d = matcalc.derive(expr, wrt="x")
+    rng = np.random.default_rng(2)
+    A = rng.standard_normal((4, 3))
+    zero_inputs = {"x": np.zeros(3), "A": A, "tau": -1.0}
+    zero_inputs = {k: v for k, v in zero_inputs.items() if k in d.user_shapes}
+    assert np.all(d.function(**zero_inputs) == 0.0)
+    inputs = {**zero_inputs, "x": rng.standard_normal(3)}
+    if "tau" in inputs:
+        inputs["tau"] = 0.5
+    fd = central_fd(lambda a: float(eval_text(expr, a)), inputs, "x")
+    assert rel_err(d.function(**inputs), fd) < 1e-6
