@@ -206,8 +206,36 @@ def optimize(outputs: list) -> list:
                 return ir.add(*terms)
         return None
 
+    outputs = _rebuild(outputs, _stable_form)
     outputs = _share_products(_rebuild([opt(o) for o in outputs], _row_as_column))
     return _split_sums(_reuse_sums(_sigmoid_from_softplus(outputs)))
+
+
+def _c_plus_exp(e: Expr):
+    """(c, z) if e is c + exp(z) with a constant c > 0, else None."""
+    if e.op == "add" and len(e.args) == 2:
+        for c, x in (e.args, e.args[::-1]):
+            if c.op == "const" and c.shape == SCALAR and c.attr > 0 and x.op == "exp":
+                return c.attr, x.args[0]
+    return None
+
+
+def _stable_form(e: Expr) -> Expr:
+    """log(c + eᶻ) = softplus(z − log c) + log c and eᶻ/(c + eᶻ) = σ(z − log c) for a
+    constant c > 0: the same values, without inf/inf where eᶻ overflows.  (The printed
+    derivation keeps the form the user wrote.)"""
+    import math
+
+    if e.op == "log" and _c_plus_exp(e.args[0]):
+        c, z = _c_plus_exp(e.args[0])
+        shifted = z if c == 1.0 else ir.add(z, ir.const(-math.log(c)))
+        sp = ir.func("softplus", shifted)
+        return sp if c == 1.0 else ir.add(sp, ir.const(math.log(c)))
+    if e.op == "div" and e.args[0].op == "exp" and _c_plus_exp(e.args[1]):
+        c, z = _c_plus_exp(e.args[1])
+        if z == e.args[0].args[0]:
+            return ir.func("sigmoid", z if c == 1.0 else ir.add(z, ir.const(-math.log(c))))
+    return e
 
 
 def _rebuild(outputs: list, fn) -> list:

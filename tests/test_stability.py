@@ -302,3 +302,21 @@ def test_norm2_of_a_huge_or_tiny_vector(scale):
     d, g, v = _grad_and_value("norm2(x)", "x", {"x": x})
     _assert_close(g, np.array([0.6, 0.8]), f"∂/∂x norm2(x) = {d.text}")
     assert np.isfinite(v) and np.isclose(v, 5 * scale, rtol=1e-12)
+
+
+@pytest.mark.parametrize("c", [2.0, 0.5, 7.0])
+def test_log_of_a_constant_plus_exp_at_extreme_z(c):
+    """log(c + eᶻ) runs as softplus(z − log c) + log c, its gradient eᶻ/(c + eᶻ) as
+    σ(z − log c): finite at |z| = 1000, while the derivation reads as written."""
+    expr = f"sum(log({c} + exp(z)))"
+    d = matcalc.derive(expr, wrt="z")
+    assert "softplus" not in d.text and "sigmoid" not in d.text, d.text
+    z = np.array([1000.0, -1000.0, 0.3, -4.0])
+    shifted = z - np.log(c)
+    want_grad = np.exp(-np.logaddexp(0.0, -shifted))
+    want_value = np.sum(np.logaddexp(0.0, shifted) + np.log(c))
+    got = d.function(z=z)
+    assert np.all(np.isfinite(got)) and np.max(np.abs(got - want_grad)) < 1e-15
+    assert abs(d.value_function(z=z) - want_value) < 1e-12 * abs(want_value)
+    zs = np.array([0.7, -1.2, 2.0])  # and where the naive form is fine, they agree
+    assert np.allclose(d.function(z=zs), np.exp(zs) / (c + np.exp(zs)), rtol=1e-14)
