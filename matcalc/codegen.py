@@ -315,8 +315,11 @@ class Emitter:
         if op == "eye":
             return f"np.eye({self.dim(n.shape[0])})"
         if op == "add":
-            out = a[0]
-            for t, code in zip(n.args[1:], a[1:]):
+            pairs = list(zip(n.args, a))
+            first = next((i for i, (t, _) in enumerate(pairs) if self.negated(t) is None), 0)
+            pairs.insert(0, pairs.pop(first))  # start with a positive term: b - a, not (-a) + b
+            out = pairs[0][1]
+            for t, code in pairs[1:]:
                 neg = self.negated(t)
                 out += f" - {neg}" if neg is not None else f" + {code}"
             return "(" + out + ")"

@@ -115,6 +115,8 @@ def _apply_scalars(e: Expr, scalars: list) -> Expr:
             return ir.matmul(_apply_scalars(a, scalars), b)
         if target is b:
             return ir.matmul(a, _apply_scalars(b, scalars))
+    if e.op == "mul":  # flat, as simplify writes products: equal products meet as one node
+        return ir.mul(*scalars, *e.args)
     return ir.mul(s, e)
 
 
