@@ -172,6 +172,8 @@ def factor_base(n: Expr) -> tuple:
     return (m.args[0], True) if m.op == "T" else (m, False)
 
 
+IN_PLACE = ("exp", "log", "sqrt", "sin", "cos", "tanh")  # np.<op>(x, out=x)
+
 RESERVED = set(keyword.kwlist) | set(keyword.softkwlist) | set(dir(builtins)) | {"np", "numpy"}
 _TEMP = re.compile(r"^(t\d+|_.*|[a-z]*dim_.*)$")
 
@@ -234,6 +236,7 @@ class Emitter:
         code: dict = {}
         depth: dict = {}
         self.code = code
+        self.uses = uses
         # a step(z) whose every use is a factor of an array product may stay a boolean mask
         parents: dict = {}
         for n in order:
@@ -386,10 +389,23 @@ class Emitter:
             return a[0]
         if op == "step" and self.bool_ok.get(n):
             return f"({a[0]} > 0.0)"  # a factor of a product: the boolean mask is enough
+        if op in IN_PLACE and self.fresh_matrix(n.args[0], a[0]):
+            # the argument is a new matrix used nowhere else: overwrite it, and spare an
+            # allocation (for large arrays each new one costs page faults)
+            name = f"t{self.counter}"
+            self.counter += 1
+            self.lines.append(f"{name} = {a[0]}")
+            return f"np.{op}({name}, out={name})"
         tpl = TEMPLATES[op]
         if tpl.startswith("_"):
             self.helpers.add(tpl.split("(")[0])
         return tpl.format(a[0])
+
+    def fresh_matrix(self, arg: Expr, code: str) -> bool:
+        """arg is computed here into a new float matrix that nothing else reads."""
+        return (len(np_shape(arg.shape)) == 2 and self.uses.get(arg, 0) == 1 and not code.isidentifier()
+                and arg.op in ("matmul", "add", "mul", "div") + IN_PLACE
+                and not (arg.op == "matmul" and arg.args[0].shape[1] == 1))  # (not an outer product of 2 params)
 
 
 def function_source(fname: str, outputs: list[Expr], param_names: list[str], syms: dict,
