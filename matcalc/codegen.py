@@ -71,9 +71,17 @@ HELPERS = {
     return None
 
 
+def _lapack():
+    """The LAPACK functions, looked up on first use (False: not available)."""
+    global _LAPACK
+    if _LAPACK is None:
+        _LAPACK = _load_lapack() or False
+    return _LAPACK or None
+
+
 def _lu(a, lapack=None):
     """(a, LU factors of a, pivots, singular?); factors None when LAPACK is not reachable."""
-    lapack = lapack or _LAPACK
+    lapack = lapack or _lapack()
     a = np.asarray(a, dtype=float)
     if lapack is None or a.shape[0] < 2:
         return a, None, None, False
@@ -92,7 +100,7 @@ def _lu_singular(lu):
 
 def _lu_inv(lu, lapack=None, overwrite=False):
     """inv(a) from its factors (getri); a copy unless the factors are needed no more."""
-    lapack = lapack or _LAPACK
+    lapack = lapack or _lapack()
     a, f, piv, _ = lu
     if f is None:
         return np.linalg.inv(a)
@@ -108,7 +116,7 @@ def _lu_inv(lu, lapack=None, overwrite=False):
 
 def _lu_solve(lu, b, transposed=False, lapack=None):
     """solve(a, b), or solve(a.T, b) if transposed, from the factors of a (getrs)."""
-    lapack = lapack or _LAPACK
+    lapack = lapack or _lapack()
     a, f, piv, _ = lu
     if f is None:
         return np.linalg.solve(a.T if transposed else a, b)
@@ -146,7 +154,7 @@ def _inv(a):
     return _lu_inv(_lu(a), overwrite=True)
 
 
-_LAPACK = _load_lapack()
+_LAPACK = None
 ''',
 }
 
@@ -404,8 +412,7 @@ class Emitter:
     def fresh_matrix(self, arg: Expr, code: str) -> bool:
         """arg is computed here into a new float matrix that nothing else reads."""
         return (len(np_shape(arg.shape)) == 2 and self.uses.get(arg, 0) == 1 and not code.isidentifier()
-                and arg.op in ("matmul", "add", "mul", "div") + IN_PLACE
-                and not (arg.op == "matmul" and arg.args[0].shape[1] == 1))  # (not an outer product of 2 params)
+                and arg.op in ("matmul", "add", "mul", "div") + IN_PLACE)
 
 
 def function_source(fname: str, outputs: list[Expr], param_names: list[str], syms: dict,

@@ -360,12 +360,11 @@ def _reuse_sums(outputs: list) -> list:
     """a − b − c = a − (b + c) when the sum b + c is computed anyway (a VAE's z = Wx + c
     inside exp(z) − Wx − c): one array addition fewer."""
     known: dict = {}
-    for root in outputs:
-        for n in ir.walk(root):
-            if n.op == "add" and 2 <= len(n.args) <= 4:
-                signed = [_signed(t) for t in n.args]
-                if len({b for _, b in signed}) == len(signed):
-                    known.setdefault(signed[0][1], []).append((n, signed))
+    for n in ir.walk(Expr("outputs", tuple(outputs), None, SCALAR)):
+        if n.op == "add" and 2 <= len(n.args) <= 4:
+            signed = [_signed(t) for t in n.args]
+            if len({b for _, b in signed}) == len(signed):
+                known.setdefault(signed[0][1], []).append((n, signed))
 
     def fn(e: Expr) -> Expr:
         while True:
@@ -379,6 +378,8 @@ def _reuse_sums(outputs: list) -> list:
             return e
         terms = [_signed(t) for t in e.args]
         index = {b: s for s, b in terms}
+        if len(index) < len(terms):  # a term twice (not collected): leave it
+            return e
         for _, b in terms:
             for z, zs in known.get(b, ()):
                 if z == e or len(zs) >= len(terms):
