@@ -241,6 +241,9 @@ class Emitter:
         for n in order:
             for a in n.args:
                 uses[a] = uses.get(a, 0) + 1
+        for n in reversed(order):  # Diag(h) is never built where it scales: each use reads h
+            if n.op == "Diag":
+                uses[n.args[0]] += uses.get(n, 0) - 1
         code: dict = {}
         depth: dict = {}
         self.code = code
@@ -267,13 +270,13 @@ class Emitter:
                 continue
             s = self.node(n, [code[a] for a in n.args])
             d = 1 + max((depth[a] for a in n.args), default=0)
-            if n.args and (uses.get(n, 0) > 1 or d > 12) and not s.isidentifier():
+            if n.args and (uses.get(n, 0) > 1 or d > 12) and not s.isidentifier() and n.op != "Diag":
                 self.temps.add(n)
                 name = f"t{self.counter}"
                 self.counter += 1
                 self.lines.append(f"{name} = {s}")
                 s, d = name, 0
-            code[n], depth[n] = s, d
+            code[n], depth[n] = s, 0 if s.isidentifier() else d
         return [code[o] for o in outputs]
 
     def negated(self, t: Expr):
@@ -402,8 +405,8 @@ class Emitter:
             # allocation (for large arrays each new one costs page faults)
             name = f"t{self.counter}"
             self.counter += 1
-            self.lines.append(f"{name} = {a[0]}")
-            return f"np.{op}({name}, out={name})"
+            self.lines += [f"{name} = {a[0]}", f"np.{op}({name}, out={name})"]
+            return name
         tpl = TEMPLATES[op]
         if tpl.startswith("_"):
             self.helpers.add(tpl.split("(")[0])

@@ -19,6 +19,10 @@ CASES = [
     ("common_factor_of_a_broadcast_term", "(A@u + v.T@u):w", {}, "u"),
     ("common_factor_of_a_broadcast_term_wrt_A", "(A@u + v.T@u):w", {}, "A"),
     ("common_factor_inside_a_function", "sin(B@c + c.T@c):y", {}, "c"),
+    # h of a Diag(h) used three times was written out three times, and sin(t, out=t) in it
+    # then ran three times on the same t
+    ("in_place_function_under_a_shared_diag", "diag(X.T*W@relu(X)).T@(sin(Y/exp(C.T)@W0)@y^T.T)",
+     {"C": ("n", "a"), "W": ("a", "m"), "W0": ("n", "a"), "X": ("m", "a"), "Y": ("a", "n"), "y": ("a",)}, "X"),
 ]
 
 
