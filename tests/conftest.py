@@ -5,6 +5,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from matcalc.check import draw  # inputs in the domains the corpus README describes
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
@@ -22,28 +24,6 @@ def corpus_path() -> Path:
 
 def load_corpus():
     return json.loads(corpus_path().read_text(encoding="utf-8"))
-
-
-def draw(shape, domain, rng):
-    """Inputs as the corpus README describes its domains."""
-    if domain == "spd":
-        n = shape[0]
-        R = rng.standard_normal((n, n))
-        return R @ R.T / n + np.eye(n)
-    if domain == "invertible":
-        n = shape[0]
-        return 2 * np.eye(n) + rng.standard_normal((n, n)) / np.sqrt(n)
-    if domain == "positive":
-        v = rng.uniform(0.2, 2.0, size=shape)
-    elif domain == "unit_simplex":
-        v = rng.uniform(0.2, 2.0, size=shape)
-        v = v / v.sum()
-    elif domain == "onehot":
-        v = np.zeros(shape)
-        v.flat[rng.integers(v.size)] = 1.0
-    else:
-        v = rng.standard_normal(shape)
-    return float(v) if shape == () else v
 
 
 def concrete(shape, sizes=SIZES):
