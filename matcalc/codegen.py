@@ -222,6 +222,10 @@ class Emitter:
         self.counter = 0
         self.temps: set = set()
 
+    def new_temp(self) -> str:
+        self.counter += 1
+        return f"t{self.counter - 1}"
+
     def dim(self, d) -> str:
         if isinstance(d, int):
             return str(d)
@@ -272,8 +276,7 @@ class Emitter:
             d = 1 + max((depth[a] for a in n.args), default=0)
             if n.args and (uses.get(n, 0) > 1 or d > 12) and not s.isidentifier() and n.op != "Diag":
                 self.temps.add(n)
-                name = f"t{self.counter}"
-                self.counter += 1
+                name = self.new_temp()
                 self.lines.append(f"{name} = {s}")
                 s, d = name, 0
             code[n], depth[n] = s, 0 if s.isidentifier() else d
@@ -302,8 +305,7 @@ class Emitter:
             return f"_inv({a[0]})"
         if base not in self.lu_names:
             self.helpers.add("_lu")
-            name = f"t{self.counter}"
-            self.counter += 1
+            name = self.new_temp()
             self.lines.append(f"{name} = _lu({self.code[base]})")
             self.lu_names[base] = name
         lu = self.lu_names[base]
@@ -403,8 +405,7 @@ class Emitter:
         if op in IN_PLACE and self.fresh_matrix(n.args[0], a[0]):
             # the argument is a new matrix used nowhere else: overwrite it, and spare an
             # allocation (for large arrays each new one costs page faults)
-            name = f"t{self.counter}"
-            self.counter += 1
+            name = self.new_temp()
             self.lines += [f"{name} = {a[0]}", f"np.{op}({name}, out={name})"]
             return name
         tpl = TEMPLATES[op]

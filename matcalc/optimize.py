@@ -9,6 +9,8 @@ elsewhere.  Every rewrite is an identity; the cost model only chooses among them
 """
 from __future__ import annotations
 
+import math
+
 from . import ir
 from .ir import SCALAR, Expr
 
@@ -226,8 +228,6 @@ def _stable_form(e: Expr) -> Expr:
     """log(c + eᶻ) = softplus(z − log c) + log c and eᶻ/(c + eᶻ) = σ(z − log c) for a
     constant c > 0: the same values, without inf/inf where eᶻ overflows.  (The printed
     derivation keeps the form the user wrote.)"""
-    import math
-
     if e.op == "log" and _c_plus_exp(e.args[0]):
         c, z = _c_plus_exp(e.args[0])
         shifted = z if c == 1.0 else ir.add(z, ir.const(-math.log(c)))
@@ -238,6 +238,11 @@ def _stable_form(e: Expr) -> Expr:
         if z == e.args[0].args[0]:
             return ir.func("sigmoid", z if c == 1.0 else ir.add(z, ir.const(-math.log(c))))
     return e
+
+
+def _dag(outputs: list):
+    """Every node of the outputs, each once, arguments first."""
+    return ir.walk(Expr("outputs", tuple(outputs), None, SCALAR))
 
 
 def _rebuild(outputs: list, fn) -> list:
@@ -266,7 +271,7 @@ def _row_as_column(e: Expr) -> Expr:
 
 def _share_products(outputs: list) -> list:
     """(A + B)x = Ax + Bx when Ax and Bx are computed anyway (in another output, say)."""
-    known = {n for root in outputs for n in ir.walk(root)}
+    known = set(_dag(outputs))
 
     def fn(e: Expr) -> Expr:
         if e.op != "matmul":
@@ -286,7 +291,7 @@ def _split_sums(outputs: list) -> list:
     """sum(a + u∘v + k) = sum(a) + u:v + k·(number of entries), for a sum used nowhere
     else: a product summed is one dot product, a constant summed is a count, and the
     array additions that carried them are not done."""
-    uses = _use_counts([Expr("outputs", tuple(outputs), None, SCALAR)])
+    uses = _use_counts([Expr("outputs", tuple(outputs), None, SCALAR)])  # each edge once
 
     def fn(e: Expr) -> Expr:
         if e.op == "sum":
@@ -306,10 +311,7 @@ def _split_sums(outputs: list) -> list:
             if len(arr) == 1 and arr[0].op == "pow" and arr[0].args[1] == ir.const(2.0):
                 arr = [arr[0].args[0], arr[0].args[0]]  # u² summed is u:u
             if not arr:  # a scalar added to every entry
-                k = [f for f in sc if f.op == "const"]
-                value = 1.0
-                for f in k:
-                    value *= f.attr
+                value = math.prod(f.attr for f in sc if f.op == "const")
                 rest = [f for f in sc if f.op != "const"]
                 out.append(ir.mul(*rest, ir.frob(ir.const(value, X.shape), ones)) if rest
                            else ir.frob(ir.const(value, X.shape), ones))
@@ -333,7 +335,7 @@ def _split_sums(outputs: list) -> list:
 def _sigmoid_from_softplus(outputs: list) -> list:
     """σ(z) = exp(z − softplus(z)) = exp(−softplus(−z)) when that softplus is computed
     anyway (a logistic loss and its gradient): one exp instead of a second log-add-exp."""
-    softplus = {n.args[0]: n for root in outputs for n in ir.walk(root) if n.op == "softplus"}
+    softplus = {n.args[0]: n for n in _dag(outputs) if n.op == "softplus"}
 
     def fn(e: Expr) -> Expr:
         if e.op != "sigmoid":
@@ -360,7 +362,7 @@ def _reuse_sums(outputs: list) -> list:
     """a − b − c = a − (b + c) when the sum b + c is computed anyway (a VAE's z = Wx + c
     inside exp(z) − Wx − c): one array addition fewer."""
     known: dict = {}
-    for n in ir.walk(Expr("outputs", tuple(outputs), None, SCALAR)):
+    for n in _dag(outputs):
         if n.op == "add" and 2 <= len(n.args) <= 4:
             signed = [_signed(t) for t in n.args]
             if len({b for _, b in signed}) == len(signed):
