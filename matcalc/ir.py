@@ -19,6 +19,9 @@ SCALAR = (1, 1)
 # elementwise functions: the ops that act entry by entry (see rules.ELEMENTWISE)
 ELEMENTWISE_OPS = ("exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "relu",
                    "step", "abs", "sign", "softplus")
+# elementwise functions that only the optimiser writes (for speed and accuracy); they are
+# never differentiated, printed or typed by a user
+MACHINE_OPS = ("expm1", "log1p")
 
 
 class Expr:
@@ -179,7 +182,7 @@ def _square(a: Expr, what: str):
 def func(name: str, a: Expr) -> Expr:
     """Functions of one argument: elementwise ones and the reductions / matrix functions."""
     r, c = a.shape
-    if name in ELEMENTWISE_OPS or name == "softmax":
+    if name in ELEMENTWISE_OPS or name in MACHINE_OPS or name == "softmax":
         shape = a.shape
     elif name in ("sum", "norm2", "norm1", "logsumexp"):
         shape = SCALAR
