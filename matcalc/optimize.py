@@ -212,7 +212,7 @@ def optimize(outputs: list) -> list:
 
     outputs = _rebuild(outputs, _stable_form)
     outputs = _share_products(_rebuild([opt(o) for o in outputs], _row_as_column))
-    return _expm1_log1p(_split_sums(_reuse_sums(_sigmoid_from_softplus(outputs))))
+    return _split_sums(_expm1_log1p(_reuse_sums(_sigmoid_from_softplus(outputs))))
 
 
 def _c_plus_exp(e: Expr):
