@@ -299,18 +299,20 @@ def main(argv=None):
                     fns.append(lambda: vg.function.emitted(**inp))
                     vg1 = matcalc.value_and_grad(w.expr_at(size), wrt=[w.wrt], shapes=w.shapes_at(size))
                     fns.append(lambda: vg1.function.emitted(**inp))
+                    fns.append(lambda: vg.function(**inp))  # with argument checks, as users call it
                 except Exception as e:
                     failures.append(f"value_and_grad {w.name}/{size}: {short(e)}")
             try:
                 times, outs = bench(fns, **reps(args))
             except Exception as e:
                 failures.append(f"run {w.name}/{size}: {short(e)}")
-                rows.append((w, size, None, None, None, None, None, None))
+                rows.append((w, size, None, None, None, None, None, None, None))
                 continue
             t_emit = times[1] if d is not None else None
             t_checked = times[2] if d is not None else None
             t_vg = times[3] / times[1] if vg is not None else None
             t_vg1 = times[4] / times[1] if vg1 is not None else None
+            t_vgc = times[5] / times[2] if vg1 is not None else None
             err = None
             try:
                 if d is not None:
@@ -328,7 +330,7 @@ def main(argv=None):
             except Exception as e:
                 failures.append(f"{w.name}/{size}: {short(e)}")
                 err = math.inf
-            rows.append((w, size, t_emit, times[0], t_vg, err, t_checked, t_vg1))
+            rows.append((w, size, t_emit, times[0], t_vg, err, t_checked, t_vg1, t_vgc))
 
     fw_times = {} if args.no_frameworks else run_frameworks(sizes, workloads, args, failures)
     missing = [fw for fw in FRAMEWORKS if fw not in fw_times]
@@ -357,13 +359,14 @@ def report(sizes, rows, fw_times, derive_rows, lrows, cli, failures, notes, args
            f"torch = autograd / hand-written (each timed in its own process); v&g = "
            f"value_and_grad (λ and all gradients of the listed wrt) / emitted single gradient "
            f"(target ≤ {VG_TARGET}); v&g 1 = value_and_grad with the one wrt of the gradient "
-           f"(what λ adds) / emitted single gradient; err = max relative difference emitted vs hand-written. "
+           f"(what λ adds) / emitted single gradient; v&g checked = `vg.function` / `d.function`, "
+           f"the same two with their argument checks, as a user calls them; err = max relative difference emitted vs hand-written. "
            f"emitted = the function in `numpy_source` (`d.function.emitted`); checked = `d.function`, "
            f"which also checks the arguments' ranks and sizes, / hand-written.", "",
-           "| workload | size | dims | emitted ms | hand ms | ratio | checked | jax | torch | v&g | v&g wrt | v&g 1 | err |",
-           "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
+           "| workload | size | dims | emitted ms | hand ms | ratio | checked | jax | torch | v&g | v&g wrt | v&g 1 | v&g checked | err |",
+           "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|"]
     per_size = {s: {"emitted": [], **{fw: [] for fw in FRAMEWORKS}} for s in sizes}
-    for w, size, te, th, vg, err, tc, vg1 in rows:
+    for w, size, te, th, vg, err, tc, vg1, vgc in rows:
         r = ratio(te, th)
         per_size[size]["emitted"].append(r)
         fr = {fw: ratio(fw_times.get(fw, {}).get((w.name, size)), th) for fw in FRAMEWORKS}
@@ -372,7 +375,8 @@ def report(sizes, rows, fw_times, derive_rows, lrows, cli, failures, notes, args
         dims = " ".join(f"{k}={v}" for k, v in w.sizes[size].items())
         out.append(f"| {w.name} | {size} | {dims} | {ms(te)} | {ms(th)} | {fmt(r, target=RATIO_TARGET)} "
                    f"| {fmt(ratio(tc, th))} | {fmt(fr['jax'])} | {fmt(fr['torch'])} | {fmt(vg, target=VG_TARGET)} "
-                   f"| {','.join(w.vg_wrt)} | {fmt(vg1, target=VG_TARGET)} | {fmt(err, '.1e')} |")
+                   f"| {','.join(w.vg_wrt)} | {fmt(vg1, target=VG_TARGET)} "
+                   f"| {fmt(vgc, target=VG_TARGET)} | {fmt(err, '.1e')} |")
     out += ["", f"Geometric means of the ratios (target ≤ {GEOMEAN_TARGET} for emitted):", "",
             "| size | emitted/hand | jax/hand | torch/hand |", "|---|---:|---:|---:|"]
     for s in sizes:
