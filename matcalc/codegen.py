@@ -188,7 +188,7 @@ TEMPLATES = {
     "sign": "np.sign({})", "softplus": "np.logaddexp(0.0, {})", "expm1": "np.expm1({})",
     "log1p": "np.log1p({})", "tr": "np.trace({})", "det": "np.linalg.det({})",
     "logdet": "np.linalg.slogdet({})[1]", "inv": "np.linalg.inv({})", "diag": "np.diag({})",
-    "Diag": "np.diag({})", "norm2": "_norm2({})", "norm1": "np.add.reduce(np.abs({}), None)",
+    "Diag": "np.diag({})", "norm2": "_norm2({})",
     "logsumexp": "_logsumexp({})", "softmax": "_softmax({})",
 }
 
@@ -429,6 +429,8 @@ class Emitter:
             return a[0]
         if op == "sum":
             return self.total(a[0], n.args[0].shape)
+        if op == "norm1":
+            return self.total(f"np.abs({a[0]})", n.args[0].shape)
         if op == "step" and self.bool_ok.get(n):
             return f"({a[0]} > 0.0)"  # a factor of a product: the boolean mask is enough
         if op in IN_PLACE and self.fresh_matrix(n.args[0], a[0]):

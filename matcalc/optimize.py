@@ -240,9 +240,14 @@ def _stable_form(e: Expr) -> Expr:
     return e
 
 
+def _root(outputs: list) -> Expr:
+    """One node over all outputs, so that a walk sees their shared nodes once."""
+    return Expr("outputs", tuple(outputs), None, SCALAR)
+
+
 def _dag(outputs: list):
     """Every node of the outputs, each once, arguments first."""
-    return ir.walk(Expr("outputs", tuple(outputs), None, SCALAR))
+    return ir.walk(_root(outputs))
 
 
 def _rebuild(outputs: list, fn) -> list:
@@ -291,7 +296,7 @@ def _split_sums(outputs: list) -> list:
     """sum(a + u∘v + k) = sum(a) + u:v + k·(number of entries), for a sum used nowhere
     else: a product summed is one dot product, a constant summed is a count, and the
     array additions that carried them are not done."""
-    uses = _use_counts([Expr("outputs", tuple(outputs), None, SCALAR)])  # each edge once
+    uses = _use_counts([_root(outputs)])  # each edge once
 
     def fn(e: Expr) -> Expr:
         if e.op == "sum":
@@ -354,7 +359,7 @@ def _sigmoid_from_softplus(outputs: list) -> list:
 def _expm1_log1p(outputs: list) -> list:
     """eᶻ − 1 = expm1(z) when eᶻ is needed nowhere else, and log(1 + x) = log1p(x) when
     1 + x is needed nowhere else: one array operation fewer, and exact near z = 0."""
-    uses = _use_counts([Expr("outputs", tuple(outputs), None, SCALAR)])
+    uses = _use_counts([_root(outputs)])
     one, minus_one = ir.const(1.0), ir.const(-1.0)
 
     def fn(e: Expr) -> Expr:
