@@ -12,10 +12,10 @@ left, its coefficient is the gradient G.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
 from . import ir
 from .ir import SCALAR, Expr, const
+from .ops import REGISTRY
 from .simplify import simplify
 
 
@@ -39,49 +39,21 @@ IDENTITIES = {i.key: i for i in [
     Identity("frob_broadcast", "A:(β1) = sum(A) β", r"A:(\beta\mathbf{1}) = \operatorname{sum}(A)\,\beta"),
     Identity("frob_of_frob", "γ(A:B) = (γA):B", r"\gamma(A:B) = (\gamma A):B", True),
     Identity("frob_sum", "γ sum(B) = (γ1):B", r"\gamma\operatorname{sum}(B) = (\gamma\mathbf{1}):B"),
+    Identity("frob_sum_axis", "c:sum(B, 0) = (1c):B, c:sum(B, 1) = (c1ᵀ):B",
+             r"c:\operatorname{sum}_0(B) = (\mathbf{1}c):B,\ c:\operatorname{sum}_1(B) = (c\mathbf{1}^{\top}):B"),
+    Identity("frob_mean", "γ mean(B) = (γ1/N):B", r"\gamma\operatorname{mean}(B) = (\gamma\mathbf{1}/N):B"),
+    Identity("frob_mean_axis", "c:mean(B, 0) = (1c/m):B, c:mean(B, 1) = (c1ᵀ/n):B",
+             r"c:\operatorname{mean}_0(B) = (\mathbf{1}c/m):B,\ c:\operatorname{mean}_1(B) = (c\mathbf{1}^{\top}/n):B"),
+    Identity("frob_vec", "c:vec(B) = vec⁻¹(c):B", r"c:\operatorname{vec}(B) = \operatorname{vec}^{-1}(c):B"),
+    Identity("frob_unvec", "C:vec⁻¹(b) = vec(C):b", r"C:\operatorname{vec}^{-1}(b) = \operatorname{vec}(C):b"),
+    Identity("frob_kron", "C:(A⊗B) = blocks(C, B):A = blocksum(C, A):B",
+             r"C:(A\otimes B) = \operatorname{blocks}(C, B):A = \operatorname{blocksum}(C, A):B"),
     Identity("frob_trace", "γ tr(B) = (γI):B", r"\gamma\operatorname{tr}(B) = (\gamma I):B"),
     Identity("frob_diag", "a:diag(B) = Diag(a):B", r"a:\operatorname{diag}(B) = \operatorname{Diag}(a):B"),
     Identity("frob_Diag", "A:Diag(b) = diag(A):b", r"A:\operatorname{Diag}(b) = \operatorname{diag}(A):b"),
     Identity("collect", "collect like terms", r"\text{collect like terms}"),
     Identity("canonical", "read off G", r"\text{read off } G"),
 ]}
-
-
-def _mul_rule(node, cot, lin):
-    i = lin.index(True)
-    others = [a for j, a in enumerate(node.args) if j != i]
-    key = "frob_scalar" if all(o.shape == SCALAR for o in others) else "frob_hadamard"
-    return [(i, ir.mul(cot, *others))], key
-
-
-def _matmul_rule(node, cot, lin):
-    a, b = node.args
-    out = []
-    if lin[0]:
-        out.append((0, ir.matmul(cot, ir.T(b))))
-    if lin[1]:
-        out.append((1, ir.matmul(ir.T(a), cot)))
-    return out, "frob_matmul_right" if lin[0] else "frob_matmul_left"
-
-
-def _frob_rule(node, cot, lin):
-    i = lin.index(True)
-    return [(i, ir.mul(cot, node.args[1 - i]))], "frob_comm" if i == 0 else "frob_of_frob"
-
-
-# transpose_rules[op](node, cotangent, which args are linear) -> ([(arg index, contribution)], identity)
-transpose_rules: dict[str, Callable] = {
-    "add": lambda n, c, lin: ([(i, c) for i, l in enumerate(lin) if l], "frob_linear"),
-    "mul": _mul_rule,
-    "div": lambda n, c, lin: ([(0, ir.div(c, n.args[1]))], "frob_div"),
-    "matmul": _matmul_rule,
-    "T": lambda n, c, lin: ([(0, ir.T(c))], "frob_transpose"),
-    "frob": _frob_rule,
-    "sum": lambda n, c, lin: ([(0, ir.mul(c, const(1.0, n.args[0].shape)))], "frob_sum"),
-    "tr": lambda n, c, lin: ([(0, ir.mul(c, ir.eye(n.args[0].shape[0])))], "frob_trace"),
-    "diag": lambda n, c, lin: ([(0, ir.func("Diag", c))], "frob_diag"),
-    "Diag": lambda n, c, lin: ([(0, ir.func("diag", c))], "frob_Diag"),
-}
 
 
 @dataclass(frozen=True)
@@ -187,7 +159,7 @@ def pullback(dlam: Expr | None, dW: Expr | None, record: bool = True, names: dic
                         f"{tex_label} = {to_latex(node, shown)}", expanded)
         del cot[node]
         lin = tuple(a in linear for a in node.args)
-        contributions, key = transpose_rules[node.op](node, c, lin)
+        contributions, key = REGISTRY[node.op].transpose(node, c, lin)
         identity = IDENTITIES[key]
         for i, contrib in contributions:
             child = node.args[i]

@@ -11,7 +11,9 @@ from .differential import differential
 from .errors import DeriveError, MatcalcError, ShapeError
 from .parse import parse
 from .naming import auto_names, definitions_in_order, shared_names, tree_size
-from .printing import tex_name, to_latex, to_text
+from .printing import dim_sources, tex_name
+from .printing import to_latex as _to_latex
+from .printing import to_text as _to_text
 from .shapes import typecheck
 from .simplify import simplify, stabilize
 
@@ -146,6 +148,7 @@ class Derivation:
         self.symbols = typed.symbols
         self.shape = typed.user_shapes[wrt]
         self._user_names = user_names   # node -> name, from definitions=
+        self._dims = dim_sources(typed.symbols)  # dimension -> (symbol, axis), for size(x, 0)
         taken = set(typed.symbols) | set(user_names.values())
         extra = auto_names([G], taken | set(names.values()), names)
         self._names = {**names, **extra}  # user and automatic names, and d-names (d:z)
@@ -154,15 +157,21 @@ class Derivation:
             self._user_names = {**user_names, **shared}
             self._names.update(shared)
 
+    def _text(self, e, names=None):
+        return _to_text(e, names, self._dims)
+
+    def _latex(self, e, names=None):
+        return _to_latex(e, names, self._dims)
+
     # ---- the answer
     @cached_property
     def text(self) -> str:
         """G in matcalc syntax (using the names of ``definitions=``, if any)."""
-        return to_text(self.gradient, self._user_names)
+        return self._text(self.gradient, self._user_names)
 
     @cached_property
     def latex(self) -> str:
-        return to_latex(self.gradient, self._user_names)
+        return self._latex(self.gradient, self._user_names)
 
     def _definitions(self, printer):
         """[(name, its value printed with the other names)], each after those it uses."""
@@ -173,16 +182,16 @@ class Derivation:
     @property
     def definitions(self) -> dict:
         """The named quantities the short form and the steps use: name -> text."""
-        return dict(self._definitions(to_text))
+        return dict(self._definitions(self._text))
 
     @cached_property
     def short_text(self) -> str:
         """G written with the short names of ``definitions`` (z, p, h, …)."""
-        return to_text(self.gradient, self._names)
+        return self._text(self.gradient, self._names)
 
     @cached_property
     def short_latex(self) -> str:
-        return to_latex(self.gradient, self._names)
+        return self._latex(self.gradient, self._names)
 
     def layout(self, convention: str = "denominator"):
         """(text, shape) of ∂λ/∂W in a layout convention: ``denominator`` (the gradient, W's
@@ -195,7 +204,7 @@ class Derivation:
 
         GT = s_T(self.gradient)
         shape = self.shape[::-1] if len(self.shape) == 2 else ((1,) + self.shape if self.shape else ())
-        return to_text(GT, self._user_names), shape
+        return self._text(GT, self._user_names), shape
 
     @property
     def shape_reason(self) -> str:
@@ -222,12 +231,12 @@ class Derivation:
     def derivation_lines(self) -> list[str]:
         """The derivation as a student writes it, one line per step."""
         names = self._names
-        lines = [f"λ = {to_text(self.lam, self._prim_names())}"]
+        lines = [f"λ = {self._text(self.lam, self._prim_names())}"]
         if self.definitions:
             lines.append("where " + ", ".join(f"{k} = {v}" for k, v in self.definitions.items()))
         for i, st in enumerate(self.steps):
             prefix = "dλ = " if i == 0 else "   = "
-            lines.append(f"{prefix}{to_text(st.after, self._step_names(st))}    [{st.identity}]")
+            lines.append(f"{prefix}{self._text(st.after, self._step_names(st))}    [{st.identity}]")
         if not self.steps:
             lines.append("dλ = 0    [λ does not change with " + self.wrt + "]")
         lines.append(f"∂λ/∂{self.wrt} = {self.short_text}")
@@ -244,14 +253,14 @@ class Derivation:
     @cached_property
     def steps_latex(self) -> str:
         """The whole derivation as one LaTeX ``aligned`` block, identities as \\text{}."""
-        rows = [f"\\lambda &= {to_latex(self.lam, self._prim_names())}"]
-        for name, tex in self._definitions(to_latex):
+        rows = [f"\\lambda &= {self._latex(self.lam, self._prim_names())}"]
+        for name, tex in self._definitions(self._latex):
             rows.append(f"{tex_name(name)} &= {tex}")
         for i, st in enumerate(self.steps):
             lhs = "\\mathrm{d}\\lambda &= " if i == 0 else "&= "
             shown = self._step_names(st)
             note = st.identity_latex or f"\\text{{{_tex_escape(st.identity)}}}"
-            rows.append(f"{lhs}{to_latex(st.after, shown)} && {note}")
+            rows.append(f"{lhs}{self._latex(st.after, shown)} && {note}")
         rows.append(f"\\frac{{\\partial \\lambda}}{{\\partial {tex_name(self.wrt)}}} &= {self.short_latex}"
                     f" && \\text{{shape }} {shape_tex(self.shape)}")
         return "\\begin{aligned}\n" + " \\\\\n".join(rows) + "\n\\end{aligned}"
@@ -278,7 +287,7 @@ class Derivation:
         from .codegen import function_source, sanitize
 
         fname = "grad_" + sanitize([self.wrt])[self.wrt].strip("_")
-        doc = f"∂λ/∂{self.wrt} for λ = {to_text(self.lam)}; shape {self.shape_text}."
+        doc = f"∂λ/∂{self.wrt} for λ = {self._text(self.lam)}; shape {self.shape_text}."
         return function_source(fname, [self.gradient], self._params, self.symbols, doc) + (fname,)
 
     @cached_property
@@ -303,7 +312,10 @@ class Derivation:
 
         dims = []
         for shape in self.user_shapes.values():
-            dims += [d for d in shape if isinstance(d, str) and d not in dims]
+            for d in shape:
+                for f in ir.dim_factors(d) if isinstance(d, str) else ():
+                    if isinstance(f, str) and f not in dims:
+                        dims.append(f)
         sizes = choose_sizes(dims, sizes)
         domains = infer_domains(self.lam, self.symbols)
         domains.update(domain or {})
@@ -339,8 +351,8 @@ class Derivation:
     def to_dict(self, check=None) -> dict:
         out = {"wrt": self.wrt, "expr": self.expr, "gradient": self.text, "latex": self.latex,
                "shape": list(self.shape), "shape_text": self.shape_text,
-               "steps": [{"before": to_text(s.before, self._step_names(s)),
-                          "after": to_text(s.after, self._step_names(s)), "identity": s.identity}
+               "steps": [{"before": self._text(s.before, self._step_names(s)),
+                          "after": self._text(s.after, self._step_names(s)), "identity": s.identity}
                          for s in self.steps],
                "numpy_source": self.numpy_source, "short_gradient": self.short_text,
                "definitions": self.definitions, "shape_reason": self.shape_reason,
@@ -420,7 +432,7 @@ def _derive_one(expr, typed, wrt) -> Derivation:
     dW = ir.delta(wrt, typed.symbols[wrt].shape)
     G, steps = pullback(dlam, dW, names=names)
     if dlam is not None:
-        d_of = ir.Expr("d", (primal,), None, ir.SCALAR)
+        d_of = ir.differential_of(primal)
         steps.insert(0, Step(d_of, dlam, "differential: " + "; ".join(rules), frozenset(),
                              "\\text{differential}"))
     return Derivation(expr, typed, primal, wrt, G, steps, rules, user_names, names)
@@ -446,7 +458,7 @@ class ValueAndGrad:
             grads = ", ".join(f"{n!r}: {r}" for n, r in zip(names, results[1:]))
             return f"{results[0]}, {{{grads}}}"
 
-        doc = f"λ and its gradients wrt {', '.join(names)}, for λ = {to_text(self.lam)}."
+        doc = f"λ and its gradients wrt {', '.join(names)}, for λ = {_to_text(self.lam, None, first._dims)}."
         src, params = function_source("value_and_grad", outputs, list(self.user_shapes), self.symbols,
                                       doc, returns=returns)
         self.numpy_source = module_source([src])
@@ -456,7 +468,7 @@ class ValueAndGrad:
         return self.derivations[name]
 
     def __repr__(self):
-        return f"<ValueAndGrad of λ = {to_text(self.lam)} wrt {', '.join(self.derivations)}>"
+        return f"<ValueAndGrad of λ = {_to_text(self.lam)} wrt {', '.join(self.derivations)}>"
 
 
 def value_and_grad(expr: str, wrt, shapes: dict | None = None, definitions: dict | None = None,

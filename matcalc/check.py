@@ -3,6 +3,7 @@ on random inputs drawn from each symbol's domain, with a distinct size for every
 dimension so that a missing transpose cannot pass."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -49,6 +50,8 @@ def choose_sizes(dims, fixed=None) -> dict:
     large = iter(s for s in [9, 8, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19] if s not in taken)
     out = {}
     for d in dims:
+        if isinstance(d, str) and "*" in d:  # a product of dimensions: sized by its factors
+            continue
         if d in fixed:
             out[d] = fixed[d]
             continue
@@ -109,8 +112,16 @@ def draw(shape_np: tuple, domain: str, rng) -> np.ndarray | float:
     return float(v) if shape_np == () else v
 
 
+def numeric_size(d, sizes) -> int:
+    if isinstance(d, int):
+        return d
+    if "*" in d:
+        return math.prod(numeric_size(f, sizes) for f in ir.dim_factors(d))
+    return sizes.get(d, d)
+
+
 def numeric_shape(shape, sizes) -> tuple:
-    return tuple(sizes.get(d, d) if isinstance(d, str) else d for d in shape)
+    return tuple(numeric_size(d, sizes) for d in shape)
 
 
 def random_inputs(user_shapes: dict, domains: dict, sizes: dict, rng) -> dict:

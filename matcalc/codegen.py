@@ -14,6 +14,7 @@ import unicodedata
 
 from . import ir
 from .ir import SCALAR, Expr
+from .ops import REGISTRY
 
 HELPERS = {
     "_sigmoid": '''def _sigmoid(z):
@@ -55,6 +56,32 @@ _ONES = {}
     if u.shape[0] * v.shape[0] <= 524288:
         return u[:, None].dot(v[None, :])
     return np.multiply.outer(u, v)
+''',
+    "_erf": '''def _erf(z):
+    from scipy.special import erf
+    return erf(z)
+''',
+    "_gelu": '''def _gelu(z):
+    from scipy.special import erf
+    return 0.5 * z * (1.0 + erf(z * 0.7071067811865476))
+''',
+    "_logsumexp_axis": '''def _logsumexp_axis(z, axis):
+    m = np.maximum.reduce(z, axis, keepdims=True)
+    return np.squeeze(m, axis) + np.log(np.add.reduce(np.exp(z - m), axis))
+''',
+    "_softmax_axis": '''def _softmax_axis(z, axis):
+    e = np.exp(z - np.maximum.reduce(z, axis, keepdims=True))
+    return e / np.add.reduce(e, axis, keepdims=True)
+''',
+    "_kron_blocks": '''def _kron_blocks(c, b, m, n):
+    """Entry (i, j) is block (i, j) of c (b's shape) : b: the adjoint of A ⊗ b in A."""
+    p, q = b.shape
+    return np.einsum("ipjq,pq->ij", c.reshape(m, p, n, q), b)
+''',
+    "_kron_sum": '''def _kron_sum(c, a, p, q):
+    """Σᵢⱼ aᵢⱼ · block (i, j) of c: the adjoint of a ⊗ B in B."""
+    m, n = a.shape
+    return np.einsum("ipjq,ij->pq", c.reshape(m, p, n, q), a)
 ''',
     "_softmax": '''def _softmax(z):
     e = np.exp(z - np.maximum.reduce(z, None))
@@ -180,18 +207,6 @@ _LAPACK = None
 ''',
 }
 
-# elementwise and reduction templates: op -> format string of one argument
-TEMPLATES = {
-    "exp": "np.exp({})", "log": "np.log({})", "sqrt": "np.sqrt({})", "sin": "np.sin({})",
-    "cos": "np.cos({})", "tanh": "np.tanh({})", "sigmoid": "_sigmoid({})",
-    "relu": "np.maximum({}, 0.0)", "step": "np.heaviside({}, 0.0)", "abs": "np.abs({})",
-    "sign": "np.sign({})", "softplus": "np.logaddexp(0.0, {})", "expm1": "np.expm1({})",
-    "log1p": "np.log1p({})", "tr": "np.trace({})", "det": "np.linalg.det({})",
-    "logdet": "np.linalg.slogdet({})[1]", "inv": "np.linalg.inv({})", "diag": "np.diag({})",
-    "Diag": "np.diag({})", "norm2": "_norm2({})",
-    "logsumexp": "_logsumexp({})", "softmax": "_softmax({})",
-}
-
 FACTOR_OPS = ("inv", "solve", "logdet", "det")
 
 
@@ -202,7 +217,8 @@ def factor_base(n: Expr) -> tuple:
     return (m.args[0], True) if m.op == "T" else (m, False)
 
 
-IN_PLACE = ("exp", "log", "sqrt", "sin", "cos", "tanh", "expm1", "log1p")  # np.<op>(x, out=x)
+# np.<ufunc>(x, out=x) on a fresh matrix
+IN_PLACE = tuple(op.name for op in REGISTRY.values() if op.in_place)
 
 RESERVED = set(keyword.kwlist) | set(keyword.softkwlist) | set(dir(builtins)) | {"np", "numpy"}
 _TEMP = re.compile(r"^(t\d+|_.*|[a-z]*dim_.*)$")
@@ -251,6 +267,8 @@ class Emitter:
     def dim(self, d) -> str:
         if isinstance(d, int):
             return str(d)
+        if d not in self.dim_source and "*" in d:  # a product dimension: the product of its sizes
+            return "(" + " * ".join(self.dim(f) for f in ir.dim_factors(d)) + ")"
         if d not in self.dims_needed:
             pname, axis = self.dim_source[d]
             self.dims_needed[d] = (f"dim_{sanitize([d])[d]}", pname, axis)
@@ -352,6 +370,8 @@ class Emitter:
             return f"np.full({self.shape_src(n.shape)}, {v})"
         if op == "eye":
             return f"np.eye({self.dim(n.shape[0])})"
+        if op == "dim":
+            return self.dim(n.attr)
         if op == "add":
             pairs = list(zip(n.args, a))
             first = next((i for i, (t, _) in enumerate(pairs) if self.negated(t) is None), 0)
@@ -425,24 +445,40 @@ class Emitter:
             if len(np_shape(x.shape)) == 1:  # the method is quicker than np.dot
                 return f"{a[0]}.dot({a[1]})"
             return f"np.vdot({a[0]}, {a[1]})"
-        if op in ("sum", "tr") and n.args[0].shape == SCALAR:
+        if op in ("sum", "tr", "mean") and n.args[0].shape == SCALAR:
             return a[0]
-        if op == "sum":
-            return self.total(a[0], n.args[0].shape)
-        if op == "norm1":
-            return self.total(f"np.abs({a[0]})", n.args[0].shape)
         if op == "step" and self.bool_ok.get(n):
             return f"({a[0]} > 0.0)"  # a factor of a product: the boolean mask is enough
         if op in IN_PLACE and self.fresh_matrix(n.args[0], a[0]):
             # the argument is a new matrix used nowhere else: overwrite it, and spare an
             # allocation (for large arrays each new one costs page faults)
             name = self.new_temp()
-            self.lines += [f"{name} = {a[0]}", f"np.{op}({name}, out={name})"]
+            self.lines += [f"{name} = {a[0]}", f"np.{REGISTRY[op].ufunc}({name}, out={name})"]
             return name
-        tpl = TEMPLATES[op]
-        if tpl.startswith("_"):
-            self.helpers.add(tpl.split("(")[0])
-        return tpl.format(a[0])
+        spec = REGISTRY[op]
+        self.helpers.update(spec.helpers)
+        if callable(spec.numpy):
+            return spec.numpy(self, n, a)
+        return spec.numpy.format(*a)
+
+    np_shape = staticmethod(lambda shape: np_shape(shape))
+
+    def full_shape(self, shape) -> str:
+        """The IR shape as a 2-tuple of code, 1s included (for a reshape to 2-D)."""
+        return f"({self.dim(shape[0])}, {self.dim(shape[1])})"
+
+    def as_2d(self, code: str, shape) -> str:
+        return code if len(np_shape(shape)) == 2 else f"np.reshape({code}, {self.full_shape(shape)})"
+
+    def from_2d(self, code: str, shape) -> str:
+        """A 2-D result back in the NumPy form of ``shape`` (1-D for a vector, float for 1×1)."""
+        k = len(np_shape(shape))
+        return code if k == 2 else (f"{code}.reshape(-1)" if k == 1 else f"float({code}[0, 0])")
+
+    def count_src(self, shape) -> str:
+        """The number of entries of an array of ``shape``, as code."""
+        dims = [self.dim(d) for d in np_shape(shape)]
+        return " * ".join(dims) if dims else "1"
 
     def total(self, code: str, shape) -> str:
         """The sum of an array's entries, as dot products with ones."""

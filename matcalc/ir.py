@@ -16,12 +16,8 @@ import weakref
 
 SCALAR = (1, 1)
 
-# elementwise functions: the ops that act entry by entry (see rules.ELEMENTWISE)
-ELEMENTWISE_OPS = ("exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "relu",
-                   "step", "abs", "sign", "softplus")
-# elementwise functions that only the optimiser writes (for speed and accuracy); they are
-# never differentiated, printed or typed by a user
-MACHINE_OPS = ("expm1", "log1p")
+# elementwise functions that only the optimiser writes (for speed and accuracy) are
+# registry entries like the rest (expm1, log1p); see ops.REGISTRY
 
 
 class Expr:
@@ -174,34 +170,80 @@ def frob(a: Expr, b: Expr) -> Expr:
     return Expr("frob", (a, b), None, SCALAR)
 
 
-def _square(a: Expr, what: str):
-    if a.shape[0] != a.shape[1]:
-        raise ShapeMismatch(f"{what} needs a square matrix")
+def differential_of(e: Expr) -> Expr:
+    """d(e), as the first line of a derivation writes it (never differentiated itself)."""
+    return Expr("d", (e,), None, SCALAR)
 
 
-def func(name: str, a: Expr) -> Expr:
-    """Functions of one argument: elementwise ones and the reductions / matrix functions."""
-    r, c = a.shape
-    if name in ELEMENTWISE_OPS or name in MACHINE_OPS or name == "softmax":
-        shape = a.shape
-    elif name in ("sum", "norm2", "norm1", "logsumexp"):
-        shape = SCALAR
-    elif name in ("tr", "det", "logdet"):
-        _square(a, name)
-        shape = SCALAR
-    elif name == "inv":
-        _square(a, name)
-        shape = a.shape
-    elif name == "diag":
-        _square(a, name)
-        shape = (r, 1)
-    elif name == "Diag":
-        if c != 1:
-            raise ShapeMismatch("Diag needs a column vector")
-        shape = (r, r)
-    else:
+def dim_factors(d) -> list:
+    """The factors of a dimension: 3 -> [3], 'n' -> ['n'], '2*a*b' -> [2, 'a', 'b']."""
+    if isinstance(d, int):
+        return [d]
+    return [int(f) if f.isdigit() else f for f in str(d).split("*")]
+
+
+def dim_mul(a, b):
+    """The product of two dimensions, in a canonical form: ints multiplied, names sorted
+    ('a*b'), so equal products are equal values."""
+    if a == 1:
+        return b
+    if b == 1:
+        return a
+    k, names = 1, []
+    for f in dim_factors(a) + dim_factors(b):
+        if isinstance(f, int):
+            k *= f
+        else:
+            names.append(f)
+    if not names:
+        return k
+    return "*".join(([str(k)] if k != 1 else []) + sorted(names))
+
+
+def dim(d) -> Expr:
+    """The size of dimension d as a scalar value (a leaf; emitted from the arrays' .shape)."""
+    if isinstance(d, int):
+        return const(float(d))
+    if "*" in str(d):
+        return mul(*(dim(f) for f in dim_factors(d)))
+    return Expr("dim", (), d, SCALAR)
+
+
+class _Unifier:
+    """The shape rules' interface (see ops) for IR construction: dimensions are final, so
+    unifying is comparing."""
+
+    def __init__(self, name, shapes):
+        self.name, self.shapes = name, shapes
+
+    def same(self, a, b):
+        return a == b
+
+    def one(self, d):
+        return d == 1
+
+    def mul(self, a, b):
+        return dim_mul(a, b)
+
+    def fail(self, message):
+        raise ShapeMismatch(message)
+
+    def what(self, i):
+        return f"argument {i + 1} is {describe(self.shapes[i])}"
+
+
+def func(name: str, *args: Expr, attr=None) -> Expr:
+    """An operator of the registry applied to its arguments (``attr``: its integer
+    parameter, an axis or a power); the shape comes from the operator's shape rule."""
+    from .ops import REGISTRY
+
+    op = REGISTRY.get(name)
+    if op is None or op.shape is None:
         raise ShapeMismatch(f"unknown function {name}")
-    return Expr(name, (a,), None, shape)
+    if len(args) != op.nargs:
+        raise ShapeMismatch(f"{name} takes {op.nargs} argument(s), got {len(args)}")
+    shape = op.shape(_Unifier(name, [a.shape for a in args]), [a.shape for a in args], attr)
+    return Expr(name, tuple(args), attr, tuple(shape))
 
 
 def walk(root: Expr):

@@ -299,7 +299,7 @@ def _split_sums(outputs: list) -> list:
     uses = _use_counts([_root(outputs)])  # each edge once
 
     def fn(e: Expr) -> Expr:
-        if e.op == "sum":
+        if e.op == "sum" and e.attr is None:
             X, c = e.args[0], 1.0
         elif e.op == "frob" and any(a.op == "const" and a.shape != SCALAR for a in e.args):
             X, c = (e.args[0], e.args[1].attr) if e.args[1].op == "const" else (e.args[1], e.args[0].attr)

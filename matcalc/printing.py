@@ -5,6 +5,7 @@ import re
 
 from . import ir
 from .ir import SCALAR, Expr
+from .ops import REGISTRY
 
 # precedence: 1 add, 2 frob, 3 mul/div/matmul, 4 unary minus, 5 pow, 6 postfix, 7 atom
 ADD, FROB, PROD, NEG, POW, POST, ATOM = 1, 2, 3, 4, 5, 6, 7
@@ -36,8 +37,9 @@ def _neg_split(e: Expr):
 class TextPrinter:
     """Expr -> matcalc syntax."""
 
-    def __init__(self, names: dict | None = None):
+    def __init__(self, names: dict | None = None, dims: dict | None = None):
         self.names = names or {}   # node -> short name (definitions)
+        self.dims = dims or {}     # dimension -> (a symbol with it, the axis): size(x, 0)
         self.memo: dict = {}
 
     def __call__(self, e: Expr) -> str:
@@ -114,11 +116,36 @@ class TextPrinter:
             return f"{self.wrap(e.args[0], POST)}**{ks}", POW
         if op == "T":
             return f"{self.wrap(e.args[0], POST)}.T", POST
-        return f"{op}({self.p(e.args[0])[0]})", ATOM
+        if op == "dim":
+            return self.dim(e.attr), ATOM
+        spec = REGISTRY[op]
+        if spec.text is not None:
+            return spec.text(self, e), ATOM
+        args = [self.p(a)[0] for a in e.args]
+        if e.attr is not None and not isinstance(e.attr, tuple):
+            args.append(str(e.attr))
+        return f"{op}({', '.join(args)})", ATOM
+
+    def dim(self, d) -> str:
+        """A dimension's size as matcalc text: size(x, 0) of a symbol that has it."""
+        if d in self.dims:
+            name, axis = self.dims[d]
+            return f"size({name}, {axis})"
+        return f"size({d})"
 
 
-def to_text(e: Expr, names: dict | None = None) -> str:
-    return TextPrinter(names)(e)
+def dim_sources(symbols: dict) -> dict:
+    """dimension -> (symbol name, axis) for the symbols of an expression (name -> sym node)."""
+    out: dict = {}
+    for name, node in symbols.items():
+        for axis, d in enumerate(node.shape):
+            if isinstance(d, str):
+                out.setdefault(d, (name, axis))
+    return out
+
+
+def to_text(e: Expr, names: dict | None = None, dims: dict | None = None) -> str:
+    return TextPrinter(names, dims)(e)
 
 
 # ---------------------------------------------------------------- LaTeX
@@ -156,10 +183,6 @@ def tex_name(name: str) -> str:
         sub = sub.lstrip("_").replace("_", "\\_")
         return f"{base_tex}_{{{sub}}}"
     return base_tex
-
-
-_TEX_FUNCS = {"log": "\\log", "sin": "\\sin", "cos": "\\cos", "tanh": "\\tanh", "det": "\\det",
-              "logdet": "\\log\\det"}
 
 
 class LatexPrinter(TextPrinter):
@@ -227,22 +250,16 @@ class LatexPrinter(TextPrinter):
             if a.op == "inv":
                 return f"{self.wrap(a.args[0], ATOM)}^{{-\\top}}", POST
             return f"{self.wrap(a, ATOM)}^{{\\top}}", POST
-        arg = e.args[0]
-        s = self.p(arg)[0]
-        if op == "exp":
-            return (f"e^{{{s}}}", ATOM) if len(s) <= 30 else (f"\\exp\\left({s}\\right)", ATOM)
-        if op == "inv":
-            return f"{self.wrap(arg, ATOM)}^{{-1}}", POST
-        if op == "sqrt":
-            return f"\\sqrt{{{s}}}", ATOM
-        if op == "abs":
-            return f"\\left|{s}\\right|", ATOM
-        if op == "norm2":
-            return f"\\left\\|{s}\\right\\|", ATOM
-        if op == "norm1":
-            return f"\\left\\|{s}\\right\\|_{{1}}", ATOM
-        name = _TEX_FUNCS.get(op, "\\operatorname{" + op + "}")
-        return f"{name}\\left({s}\\right)", ATOM
+        if op == "dim":
+            return " ".join(tex_name(str(f)) for f in ir.dim_factors(e.attr)), ATOM
+        spec = REGISTRY[op]
+        if callable(spec.latex):
+            return spec.latex(self, e)
+        name = spec.latex or "\\operatorname{" + op.replace("_", "\\_") + "}"
+        args = [self.p(a)[0] for a in e.args]
+        if e.attr is not None and not isinstance(e.attr, tuple):
+            args.append(str(e.attr))
+        return f"{name}\\left({', '.join(args)}\\right)", ATOM
 
 
 def _hadamard(e: Expr) -> bool:
@@ -251,5 +268,5 @@ def _hadamard(e: Expr) -> bool:
         (e.op == "div" and e.shape != SCALAR)
 
 
-def to_latex(e: Expr, names: dict | None = None) -> str:
-    return LatexPrinter(names)(e)
+def to_latex(e: Expr, names: dict | None = None, dims: dict | None = None) -> str:
+    return LatexPrinter(names, dims)(e)

@@ -13,7 +13,7 @@ import difflib
 import re
 from dataclasses import dataclass
 
-from . import ir
+from . import ir, ops
 from .errors import DeriveError, ParseError, ShapeError
 from .parse import Node
 
@@ -21,9 +21,9 @@ GREEK = {"alpha", "beta", "gamma", "delta", "epsilon", "varepsilon", "zeta", "et
          "vartheta", "iota", "kappa", "lambda", "mu", "nu", "xi", "omicron", "pi", "rho",
          "sigma", "tau", "upsilon", "phi", "varphi", "chi", "psi", "omega"}
 
-FUNCTIONS = set(ir.ELEMENTWISE_OPS) | {"sum", "tr", "det", "logdet", "inv", "diag", "Diag",
-                                         "norm2", "norm1", "logsumexp", "softmax"}
-ALIASES = {"trace": "tr", "Tr": "tr", "ln": "log"}
+_USER = ops.user_functions()
+FUNCTIONS = set(_USER)
+ALIASES = {alias: op.name for alias, op in _USER.items() if alias != op.name}
 IDENTITY_NAMES = ("I", "eye")
 
 _DIM_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -53,6 +53,18 @@ class Var:
 
     def __repr__(self):
         return self.name
+
+
+class Prod:
+    """A product of dimensions (the size of vec(X) or kron(A, B)) with unknown factors."""
+
+    __slots__ = ("factors",)
+
+    def __init__(self, factors):
+        self.factors = tuple(factors)
+
+    def __repr__(self):
+        return "*".join(str(f) for f in self.factors)
 
 
 def _letters():
@@ -120,6 +132,9 @@ class _Typer:
         self.eyes: list = []          # (node, var) to check they got a size
         self.shape: dict = {}         # id(ast node) -> (r, c)
         self.special: dict = {}       # id(ast node) -> 'inner' | 'ones'
+        self.attrs: dict = {}         # id(call node) -> its integer parameter (an axis, a power)
+        self.pending: list = []       # product dimensions still to be decided
+        self.current = None           # the node being typed (for deferred refusals)
 
     # ---- union-find over dimensions
     def fresh(self):
@@ -129,12 +144,31 @@ class _Typer:
     def find(self, d):
         while isinstance(d, Var) and d in self.parent:
             d = self.parent[d]
+        if isinstance(d, Prod):
+            return self.product(d.factors)
         return d
+
+    def product(self, factors):
+        """The product of dimensions: a final dimension once every factor is known."""
+        known, unknown = 1, []
+        for f in factors:
+            f = self.find(f)
+            if isinstance(f, Prod):
+                unknown.extend(f.factors)
+            elif isinstance(f, Var):
+                unknown.append(f)
+            else:
+                known = ir.dim_mul(known, f)
+        if not unknown:
+            return known
+        return Prod(([known] if known != 1 else []) + unknown)
 
     def unify(self, a, b) -> bool:
         a, b = self.find(a), self.find(b)
-        if a is b or (not isinstance(a, Var) and a == b):
+        if a is b or (not isinstance(a, (Var, Prod)) and not isinstance(b, (Var, Prod)) and a == b):
             return True
+        if isinstance(a, Prod) or isinstance(b, Prod):
+            return self.unify_product(a, b)
         if isinstance(a, Var) and isinstance(b, Var):
             if b.serial < a.serial:
                 a, b = b, a
@@ -148,6 +182,42 @@ class _Typer:
             self.parent[a] = b
             return True
         return False  # two different declared names, or different ints
+
+    def unify_product(self, a, b) -> bool:
+        if isinstance(b, Prod) and not isinstance(a, Prod):
+            a, b = b, a
+        if isinstance(b, Var):  # a dimension variable takes the product
+            if any(f is b for f in a.factors):
+                return False
+            self.parent[b] = a
+            return True
+        if b == 1:
+            return False
+        if isinstance(b, Prod) and sorted(map(id, a.factors)) == sorted(map(id, b.factors)):
+            return True
+        if isinstance(b, int):  # one unknown factor of a known total: solve it
+            unknown = [f for f in a.factors if isinstance(f, Var)]
+            known = 1
+            for f in a.factors:
+                if isinstance(f, int):
+                    known *= f
+            if len(unknown) == 1 and len(unknown) + sum(isinstance(f, int) for f in a.factors) == len(a.factors):
+                if b % known or b // known == 1:
+                    return False
+                self.parent[unknown[0]] = b // known
+                return True
+        self.pending.append((a, b, self.current))  # decided once more is known
+        return True
+
+    def check_pending(self):
+        for a, b, node in self.pending:
+            a, b = self.find(a), self.find(b)
+            if isinstance(a, Prod) or isinstance(b, Prod):
+                self.fail(node, f"cannot tell the sizes in {self.text(node)}: {a} must equal {b}, and "
+                                "nothing determines their factors; declare the shapes (shapes= or --shape)")
+            if not self.unify(a, b):
+                self.fail(node, f"the sizes in {self.text(node)} do not match: {a} and {b}")
+        self.pending = []
 
     def unify_all(self, *pairs) -> bool:
         """Unify every pair or none (so a failure leaves the shapes as they were)."""
@@ -198,7 +268,9 @@ class _Typer:
                 for c in reversed(node.children):
                     stack.append((c, False))
                 continue
+            self.current = node
             self.shape[id(node)] = self.rule(node)
+        self.check_pending()
         for node, v in self.eyes:
             if isinstance(self.find(v), Var) and self.find(v) not in self._bound_vars():
                 self.fail(node, f"cannot tell the size of {self.text(node)} from its context: "
@@ -325,34 +397,35 @@ class _Typer:
 
     def call(self, n, kid):
         name = ALIASES.get(n.value, n.value)
-        if name not in FUNCTIONS:
+        op = _USER.get(name)
+        if op is None:
             close = difflib.get_close_matches(name, sorted(FUNCTIONS), n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
             raise ParseError(f"unknown function {n.value}{hint}", self.source, n.start,
                              n.start + len(n.value))
-        if len(n.children) != 1:
-            self.fail(n, f"{n.value} takes one argument, got {len(n.children)}")
-        (arg,), (s,) = n.children, kid
-        r, c = s
-        what = f"{self.text(arg)} is {self.describe(s)}"
-        if name in ir.ELEMENTWISE_OPS:
-            return s
-        if name in ("sum", "norm2", "norm1", "logsumexp"):
-            return (1, 1)
-        if name in ("tr", "det", "logdet", "inv", "diag"):
-            if not self.unify(r, c):
-                hint = " (Diag(v) makes a diagonal matrix from a vector)" if name == "diag" else ""
-                self.fail(n, f"{name} needs a square matrix, but {what}{hint}")
-            return (r, 1) if name == "diag" else ((1, 1) if name != "inv" else s)
-        if name == "Diag":
-            if self.find(c) != 1 or self.find(r) == 1:
-                self.fail(n, f"Diag needs a column vector, but {what} (diag(X) takes a matrix's diagonal)")
-            return (r, r)
-        if name == "softmax":
-            if self.find(c) != 1 and self.find(r) != 1:
-                self.fail(n, f"softmax needs a vector, but {what}")
-            return s
-        raise AssertionError(name)  # pragma: no cover
+        given = len(n.children)
+        least = op.nargs + (0 if op.params_optional else len(op.params))
+        if not least <= given <= op.arity:
+            words = {1: "one argument", 2: "two arguments", 3: "three arguments"}
+            want = words.get(op.nargs, f"{op.nargs} arguments")
+            if op.params:
+                want += (f" and optionally {' and '.join(op.params)}" if op.params_optional
+                         else f" and {' and '.join(op.params)}")
+            self.fail(n, f"{n.value} takes {want}, got {words.get(given, f'{given} arguments')}")
+        attr = None
+        for p, arg in zip(op.params, n.children[op.nargs:]):
+            attr = self.integer(arg, f"the {p} of {n.value}")
+        self.attrs[id(n)] = attr
+        return op.shape(_CallUnifier(self, n, name, kid), kid[:op.nargs], attr)
+
+    def integer(self, node: Node, what: str) -> int:
+        """An integer literal argument (an axis, a power), possibly negative."""
+        sign, inner = 1, node
+        if node.kind == "neg":
+            sign, inner = -1, node.children[0]
+        if inner.kind != "num" or not float(inner.value).is_integer() or abs(inner.value) > 10 ** 6:
+            self.fail(node, f"{what} must be an integer written as a number, got {self.text(node)}")
+        return sign * int(inner.value)
 
     # ---- naming and IR
     def finish(self):
@@ -365,6 +438,11 @@ class _Typer:
                 if d not in final:
                     final[d] = next(names)
                 return final[d]
+            if isinstance(d, Prod):
+                out = 1
+                for f in d.factors:
+                    out = ir.dim_mul(out, resolve(f))
+                return out
             return d
 
         self.resolve = resolve
@@ -424,8 +502,36 @@ class _Typer:
         if k == "pow":
             return ir.power(*args)
         if k == "call":
-            return ir.func(ALIASES.get(n.value, n.value), args[0])
+            name = ALIASES.get(n.value, n.value)
+            op, attr = _USER[name], self.attrs.get(id(n))
+            if name == "size":  # size(X) entries, size(X, axis) one dimension: a number here
+                shape = args[0].shape
+                return ops.count(shape) if attr is None else ir.dim(shape[attr % 2])
+            return ir.func(op.name, *args[:op.nargs], attr=None if attr is None else
+                           (attr % 2 if "axis" in op.params else attr))
         raise AssertionError(k)  # pragma: no cover
+
+
+class _CallUnifier:
+    """The interface the registry's shape rules use, while typing a call of the user's."""
+
+    def __init__(self, typer, node, name, kid):
+        self.t, self.node, self.name, self.kid = typer, node, name, kid
+
+    def same(self, a, b):
+        return self.t.unify(a, b)
+
+    def one(self, d):
+        return self.t.find(d) == 1
+
+    def mul(self, a, b):
+        return self.t.product([a, b])
+
+    def fail(self, message):
+        self.t.fail(self.node, message)
+
+    def what(self, i):
+        return f"{self.t.text(self.node.children[i])} is {self.t.describe(self.kid[i])}"
 
 
 def typecheck(ast: Node, source: str, declared: dict | None = None,

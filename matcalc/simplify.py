@@ -14,6 +14,7 @@ import weakref
 
 from . import ir
 from .ir import SCALAR, Expr, const
+from .ops import REGISTRY, broadcast_axis, count
 
 _cache: "weakref.WeakKeyDictionary[Expr, Expr]" = weakref.WeakKeyDictionary()
 
@@ -66,7 +67,7 @@ def _rebuild(node: Expr, args) -> Expr:
         return s_pow(*args)
     if op == "frob":
         return s_frob(*args)
-    return s_func(op, args[0])
+    return s_func(op, *args, attr=node.attr)
 
 
 # ------------------------------------------------------------------ helpers
@@ -274,6 +275,13 @@ def s_matmul(a: Expr, b: Expr) -> Expr:
     sb, b2 = _split_scalars(b)
     if sa or sb:
         return s_mul(*sa, *sb, s_matmul(a2, b2))
+    for i, f in enumerate((a, b)):  # (A⊘β)B = (AB)⊘β
+        if f.op == "div" and f.args[1].shape == SCALAR and f.args[0].shape == f.shape:
+            return s_div(s_matmul(f.args[0], b) if i == 0 else s_matmul(a, f.args[0]), f.args[1])
+    if b.op == "const" and a.shape[1] != 1 and b.shape[1] == 1:  # X c1 = c sum(X, 1): row sums
+        return s_mul(const(b.attr), s_func("sum", a, attr=None if a.shape[0] == 1 else 1))
+    if a.op == "const" and b.shape[0] != 1 and a.shape[0] == 1:  # c1ᵀX = c sum(X, 0): column sums
+        return s_mul(const(a.attr), s_func("sum", b, attr=None if b.shape[1] == 1 else 0))
     if b.op == "matmul":  # products read left to right: A(BC) = (AB)C (codegen picks the order)
         return s_matmul(s_matmul(a, b.args[0]), b.args[1])
     if a.op == "Diag":
@@ -390,38 +398,33 @@ def s_frob(a: Expr, b: Expr) -> Expr:
     return Expr("frob", (a, b), None, SCALAR)
 
 
-_FOLD = {"exp": math.exp, "log": math.log, "sqrt": math.sqrt, "sin": math.sin, "cos": math.cos,
-         "tanh": math.tanh, "abs": abs, "relu": lambda v: max(v, 0.0),
-         "step": lambda v: 1.0 if v > 0 else 0.0,
-         "sign": lambda v: (v > 0) - (v < 0), "sigmoid": lambda v: 1.0 / (1.0 + math.exp(-v)),
-         "softplus": lambda v: math.log1p(math.exp(v))}
-
-
-_SCALAR_FORMS = {
-    "det": lambda a: a,
-    "diag": lambda a: a,
-    "Diag": lambda a: a,
-    "inv": lambda a: s_div(const(1.0), a),
-    "logdet": lambda a: s_func("log", s_func("abs", a)),
-}
-
-
-def s_func(name: str, a: Expr) -> Expr:
-    if a.op == "const" and name in _FOLD:
+def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
+    op = REGISTRY[name]
+    if more:
+        return ir.func(name, a, *more, attr=attr)
+    if a.op == "const" and op.fold is not None:
         try:
-            v = float(_FOLD[name](a.attr))
+            v = float(op.fold(a.attr))
             if math.isfinite(v):
                 return const(v, a.shape)
         except (ValueError, OverflowError):
             pass
-    if a.shape == SCALAR and name in _SCALAR_FORMS:  # det(β) = β, inv(β) = 1/β, …
-        return _SCALAR_FORMS[name](a)
-    if name in ("sum", "tr") and a.shape == SCALAR:
+    if a.shape == SCALAR and op.scalar_form is not None:  # det(β) = β, inv(β) = 1/β, …
+        return op.scalar_form(a)
+    if name in ("sum", "mean") and a.op == "const":  # sum(c1) = c·(its size), along an axis too
+        shape = SCALAR if attr is None else ((1, a.shape[1]) if attr == 0 else (a.shape[0], 1))
+        if name == "mean":
+            return const(a.attr, shape)
+        n = count(a.shape) if attr is None else count((a.shape[0], 1) if attr == 0 else (1, a.shape[1]))
+        return s_mul(const(a.attr), n, const(1.0, shape)) if shape != SCALAR else s_mul(const(a.attr), n)
+    if name in ("sum", "tr", "mean") and a.shape == SCALAR:
         return a
-    if name in ("sum", "tr") and a.op == "mul":  # sum(βX) = β sum(X)
+    if name in ("sum", "tr", "mean") and a.op == "mul":  # sum(βX) = β sum(X)
         sc, arr = _split_scalars(a)
         if sc and arr.shape == a.shape:
-            return s_mul(*sc, s_func(name, arr))
+            return s_mul(*sc, s_func(name, arr, attr=attr))
+    if attr is not None or op.nargs != 1:
+        return ir.func(name, a, attr=attr)
     if name == "tr" and a.op == "T":
         return s_func("tr", a.args[0])
     if name == "inv":
@@ -444,7 +447,11 @@ def s_func(name: str, a: Expr) -> Expr:
                 return s_func("softplus", y.args[0])
     if name == "sum" and a.op == "mul" and len(a.args) == 2 and a.args[0].shape == a.args[1].shape:
         return s_frob(*a.args)
-    return ir.func(name, a)
+    if name == "vec" and a.op == "unvec":
+        return a.args[0]
+    if name == "unvec" and a.op == "vec":
+        return a.args[0]
+    return ir.func(name, a, attr=attr)
 
 
 def _one_minus(a: Expr):
@@ -465,15 +472,17 @@ def _stable_log(a: Expr):
         folded = s_func("log", a)
         if folded.op != "log":
             return folded
-    if a.op == "softmax":  # log softmax(x) = x - logsumexp(x)
+    if a.op == "softmax":  # log softmax(x) = x - logsumexp(x), along an axis too
         x = a.args[0]
-        return ir.add(x, ir.neg(ir.func("logsumexp", x)))
+        if a.attr is None:
+            return ir.add(x, ir.neg(ir.func("logsumexp", x)))
+        return ir.add(x, ir.neg(broadcast_axis(ir.func("logsumexp", x, attr=a.attr), x.shape, a.attr)))
     if a.op == "sigmoid":  # log σ(z) = -softplus(-z)
         return ir.neg(ir.func("softplus", ir.neg(a.args[0])))
     x = _one_minus(a)
     if x is not None and x.op == "sigmoid":  # log(1 - σ(z)) = -softplus(z)
         return ir.neg(ir.func("softplus", x.args[0]))
-    if a.op == "sum" and a.args[0].op == "exp":  # log sum exp(z) = logsumexp(z)
+    if a.op == "sum" and a.attr is None and a.args[0].op == "exp":  # log sum exp(z) = logsumexp(z)
         return ir.func("logsumexp", a.args[0].args[0])
     if a.op == "frob" and a.args[1].op == "const" and a.args[1].attr == 1.0 and a.args[0].op == "exp":
         return ir.func("logsumexp", a.args[0].args[0])

@@ -1,0 +1,701 @@
+"""The operator registry: everything matcalc knows about one operator, in one entry.
+
+An entry (:class:`Op`) holds an operator's arity and integer parameters (an axis, a
+power), its shape rule, its differential and the identity the step log cites, its
+adjoint where it is linear, constant folding, text and LaTeX printing, NumPy emission,
+the input domain its argument needs for a numerical check, the letter its value gets
+in a derivation, and its cost.  The stages (``shapes``, ``differential``, ``adjoint``,
+``simplify``, ``optimize``, ``printing``, ``codegen``, ``check``, ``naming``) read these
+entries; adding a function means adding one entry here (and its oracle to the tests'
+random-expression generator).
+
+Shape rules are written once against a small unifier interface ``u`` so the same rule
+types user input (with dimension variables, and a caret on failure) and checks IR
+construction: ``u.same(a, b)`` unifies two dimensions, ``u.one(d)`` tests for a
+literal 1, ``u.mul(a, b)`` is a product dimension, ``u.fail(message)`` refuses and
+``u.what(i)`` describes argument i for a message.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+SCALAR = (1, 1)
+
+
+@dataclass(frozen=True)
+class Op:
+    name: str
+    shape: Callable                       # (u, arg shapes, attr) -> shape
+    nargs: int = 1                        # array arguments
+    params: tuple = ()                    # trailing integer parameters, by name
+    params_optional: bool = False         # sum(X) and sum(X, 0)
+    jvp: Optional[Callable] = None        # (node, [dargs or None]) -> dnode or None
+    rule: str = ""                        # how the step log cites the differential
+    derivative: Optional[Callable] = None  # elementwise: (x, f(x)) -> f'(x), None for 0 a.e.
+    transpose: Optional[Callable] = None  # linear ops: (node, cot, lin) -> ([(i, contribution)], identity key)
+    fold: Optional[Callable] = None       # float -> float (a constant argument)
+    scalar_form: Optional[Callable] = None  # the op of a 1×1 argument, as other ops
+    text: Optional[Callable] = None       # (printer, node) -> text; default name(args)
+    latex: object = None                  # "\\cosh" (name), or (printer, node) -> (tex, precedence)
+    numpy: object = None                  # template "np.cosh({0})", or (emitter, node, codes) -> code
+    in_place: bool = False                # np.<ufunc>(t, out=t) on a fresh matrix
+    ufunc: str = ""                       # the NumPy ufunc for in-place evaluation
+    helpers: tuple = ()                   # emitted helper functions the template uses
+    domain: Optional[str] = None          # what the argument needs: 'positive', 'unit_interval', 'small', 'invertible'
+    letter: Optional[str] = None          # the short name of its value in derivations
+    cost: Optional[Callable] = None       # (node, size) -> flops
+    elementwise: bool = False
+    user: bool = True                     # callable by name in the language
+    smooth: bool = True                   # False: piecewise constant or kinked (fd-checks avoid kinks)
+    aliases: tuple = ()
+
+    @property
+    def arity(self) -> int:
+        return self.nargs + len(self.params)
+
+
+REGISTRY: dict = {}
+
+
+def register(op: Op) -> Op:
+    REGISTRY[op.name] = op
+    return op
+
+
+def get(name: str) -> Optional[Op]:
+    return REGISTRY.get(name)
+
+
+def user_functions() -> dict:
+    """Name (and alias) -> Op for every function a user may call."""
+    out = {}
+    for op in REGISTRY.values():
+        if op.user:
+            out[op.name] = op
+            for a in op.aliases:
+                out[a] = op
+    return out
+
+
+# ------------------------------------------------------------------ shape rules
+
+def same_shape(u, s, attr):
+    return s[0]
+
+
+def to_scalar(u, s, attr):
+    return SCALAR
+
+
+def square(u, s, what: str):
+    r, c = s[0]
+    if not u.same(r, c):
+        u.fail(f"{what} needs a square matrix, but {u.what(0)}")
+
+
+def square_to(result):
+    def rule(u, s, attr, _r=result):
+        square(u, s, u.name)
+        return _r(s[0])
+    return rule
+
+
+def norm_axis(u, axis: int) -> int:
+    if axis not in (0, 1, -1, -2):
+        u.fail(f"{u.name} takes axis 0 (down the columns), 1 (along the rows) or -1/-2, not {axis}")
+    return axis % 2
+
+
+def axis_rule(keeps_shape: bool, vector_only_without_axis: bool = False, scalar_without_axis: bool = True):
+    """sum/mean/logsumexp(X, axis): axis 0 reduces down the columns to a row, axis 1
+    along the rows to a column; softmax(X, axis) keeps the shape."""
+    def rule(u, s, attr):
+        (r, c), = s
+        if attr is None:
+            if vector_only_without_axis and not (u.one(c) or u.one(r)):
+                u.fail(f"{u.name} needs a vector, but {u.what(0)} (give an axis for a matrix: "
+                       f"{u.name}(X, 0) or {u.name}(X, 1))")
+            return s[0] if keeps_shape else SCALAR
+        axis = norm_axis(u, attr)
+        if u.one(r) and u.one(c):
+            u.fail(f"{u.name} along an axis needs an array, but {u.what(0)}")
+        reduced = r if axis == 0 else c
+        if u.one(reduced):
+            kind = "row" if axis == 0 else "column"
+            u.fail(f"{u.name}(·, {attr}) reduces an axis of length 1: {u.what(0)}, a {kind} vector "
+                   f"(use the other axis, or no axis)")
+        if keeps_shape:
+            return s[0]
+        return (1, c) if axis == 0 else (r, 1)
+    return rule
+
+
+def _diag_rule(u, s, attr):
+    r, c = s[0]
+    if not u.same(r, c):
+        u.fail(f"diag needs a square matrix, but {u.what(0)} (Diag(v) makes a diagonal matrix from a vector)")
+    return (s[0][0], 1)
+
+
+def _Diag_rule(u, s, attr):
+    r, c = s[0]
+    if not u.one(c):
+        u.fail(f"Diag needs a column vector, but {u.what(0)} (diag(X) takes a matrix's diagonal)")
+    return (r, r)
+
+
+def _kron_rule(u, s, attr):
+    (ra, ca), (rb, cb) = s
+    return (u.mul(ra, rb), u.mul(ca, cb))
+
+
+def _vec_rule(u, s, attr):
+    r, c = s[0]
+    return (u.mul(r, c), 1)
+
+
+def _unvec_rule(u, s, attr):
+    return attr  # the matrix shape it goes back to
+
+
+def _matrix_power_rule(u, s, attr):
+    square(u, s, "matrix_power")
+    return s[0]
+
+
+def _blocks_rule(u, s, attr):
+    return attr
+
+
+# ------------------------------------------------------------------ helpers for rules
+
+def _ir():
+    from . import ir
+    return ir
+
+
+def _ones(shape):
+    return _ir().const(1.0, shape)
+
+
+def _sum_opt(terms):
+    terms = [t for t in terms if t is not None]
+    return None if not terms else _ir().add(*terms)
+
+
+def broadcast_axis(c, shape, axis):
+    """The row (axis 0) or column (axis 1) c spread over an array of ``shape``:
+    1 c (a column of ones times the row) or c 1ᵀ."""
+    ir = _ir()
+    r, cols = shape
+    if axis == 0:
+        return ir.matmul(_ones((r, 1)), c)
+    return ir.matmul(c, _ones((1, cols)))
+
+
+def count(shape):
+    """The number of entries of an array of ``shape`` as a value."""
+    ir = _ir()
+    parts = [ir.dim(d) for d in shape if d != 1]
+    return ir.const(1.0) if not parts else (parts[0] if len(parts) == 1 else ir.mul(*parts))
+
+
+def axis_count(shape, axis):
+    return count((shape[0], 1) if axis == 0 else (1, shape[1]))
+
+
+def elementwise(name, derivative, rule, fold, numpy, *, latex=None, domain=None, letter=None,
+                in_place=False, helpers=(), smooth=True, aliases=(), ufunc=""):
+    return register(Op(name, same_shape, jvp=_jvp_elementwise, derivative=derivative, rule=rule, fold=fold, numpy=numpy,
+                       latex=latex, domain=domain, letter=letter, in_place=in_place, helpers=helpers,
+                       elementwise=True, smooth=smooth, aliases=aliases,
+                       ufunc=ufunc or (name if in_place else "")))
+
+
+def _jvp_elementwise(e, d):
+    fprime = REGISTRY[e.op].derivative(e.args[0], e)
+    return None if fprime is None or d[0] is None else _ir().mul(fprime, d[0])
+
+
+# ------------------------------------------------------------------ elementwise functions
+
+def _f(name):
+    return lambda *a: _ir().func(name, *a)
+
+
+def _c(v):
+    return _ir().const(v)
+
+
+def _minus(a, b):
+    ir = _ir()
+    return ir.add(a, ir.mul(ir.const(-1.0), b))
+
+
+def _sq(x):
+    return _ir().power(x, _c(2.0))
+
+
+def _safe_exp(v):
+    return math.exp(v) if v < 700 else float("inf")
+
+
+def _sigmoid_num(v):
+    return 1.0 / (1.0 + math.exp(-v)) if v >= 0 else math.exp(v) / (1.0 + math.exp(v))
+
+
+_SQRT2 = math.sqrt(2.0)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+
+
+def _phi(x):
+    """The standard normal density at x."""
+    ir = _ir()
+    return ir.mul(_c(_INV_SQRT_2PI), ir.func("exp", ir.mul(_c(-0.5), _sq(x))))
+
+
+def _Phi(x):
+    """The standard normal distribution function at x: (1 + erf(x/√2))/2."""
+    ir = _ir()
+    return ir.mul(_c(0.5), ir.add(_c(1.0), ir.func("erf", ir.mul(_c(1.0 / _SQRT2), x))))
+
+
+def _gelu_prime(x, y):
+    ir = _ir()
+    return ir.add(_Phi(x), ir.mul(x, _phi(x)))
+
+
+def _silu_prime(x, y):
+    ir = _ir()
+    s = ir.func("sigmoid", x)
+    return ir.mul(s, ir.add(_c(1.0), ir.mul(x, _minus(_c(1.0), s))))
+
+
+elementwise("exp", lambda x, y: y, "d exp(X) = exp(X)∘dX", _safe_exp, "np.exp({0})",
+            latex=lambda p, e: _tex_exp(p, e), letter="p", in_place=True)
+elementwise("log", lambda x, y: _ir().div(_c(1.0), x), "d log(X) = dX⊘X", math.log, "np.log({0})",
+            latex="\\log", domain="positive", letter="g", in_place=True, aliases=("ln",))
+elementwise("sqrt", lambda x, y: _ir().div(_c(0.5), y), "d sqrt(X) = dX⊘(2 sqrt(X))", math.sqrt,
+            "np.sqrt({0})", latex=lambda p, e: (f"\\sqrt{{{p.p(e.args[0])[0]}}}", 7),
+            domain="positive", letter="q", in_place=True)
+elementwise("sin", lambda x, y: _ir().func("cos", x), "d sin(X) = cos(X)∘dX", math.sin, "np.sin({0})",
+            latex="\\sin", letter="u", in_place=True)
+elementwise("cos", lambda x, y: _ir().neg(_ir().func("sin", x)), "d cos(X) = −sin(X)∘dX", math.cos,
+            "np.cos({0})", latex="\\cos", letter="u", in_place=True)
+elementwise("tan", lambda x, y: _ir().add(_c(1.0), _sq(y)), "d tan(X) = (1 + tan²(X))∘dX", math.tan,
+            "np.tan({0})", latex="\\tan", letter="u", in_place=True, domain="small")
+elementwise("tanh", lambda x, y: _minus(_c(1.0), _sq(y)), "d tanh(X) = (1 − tanh²(X))∘dX", math.tanh,
+            "np.tanh({0})", latex="\\tanh", letter="t", in_place=True)
+elementwise("cosh", lambda x, y: _ir().func("sinh", x), "d cosh(X) = sinh(X)∘dX",
+            lambda v: math.cosh(v) if abs(v) < 700 else float("inf"), "np.cosh({0})", latex="\\cosh",
+            letter="u", in_place=True)
+elementwise("sinh", lambda x, y: _ir().func("cosh", x), "d sinh(X) = cosh(X)∘dX",
+            lambda v: math.sinh(v) if abs(v) < 700 else float("inf"), "np.sinh({0})", latex="\\sinh",
+            letter="u", in_place=True)
+elementwise("arcsin", lambda x, y: _ir().div(_c(1.0), _ir().func("sqrt", _minus(_c(1.0), _sq(x)))),
+            "d arcsin(X) = dX⊘sqrt(1 − X²)", math.asin, "np.arcsin({0})", latex="\\arcsin",
+            letter="u", in_place=True, domain="unit_interval")
+elementwise("arccos", lambda x, y: _ir().div(_c(-1.0), _ir().func("sqrt", _minus(_c(1.0), _sq(x)))),
+            "d arccos(X) = −dX⊘sqrt(1 − X²)", math.acos, "np.arccos({0})", latex="\\arccos",
+            letter="u", in_place=True, domain="unit_interval")
+elementwise("arctan", lambda x, y: _ir().div(_c(1.0), _ir().add(_c(1.0), _sq(x))),
+            "d arctan(X) = dX⊘(1 + X²)", math.atan, "np.arctan({0})", latex="\\arctan", letter="u",
+            in_place=True)
+elementwise("sigmoid", lambda x, y: _ir().mul(y, _minus(_c(1.0), y)), "d σ(X) = σ(X)∘(1 − σ(X))∘dX",
+            _sigmoid_num, "_sigmoid({0})", latex="\\sigma", letter="s", helpers=("_sigmoid",))
+elementwise("relu", lambda x, y: _ir().func("step", x), "d relu(X) = step(X)∘dX",
+            lambda v: max(v, 0.0), "np.maximum({0}, 0.0)", letter="r", smooth=False)
+elementwise("step", lambda x, y: None, "d step(X) = 0 (almost everywhere)",
+            lambda v: 1.0 if v > 0 else 0.0, "np.heaviside({0}, 0.0)", letter="h", smooth=False)
+elementwise("abs", lambda x, y: _ir().func("sign", x), "d |X| = sign(X)∘dX", abs, "np.abs({0})",
+            latex=lambda p, e: (f"\\left|{p.p(e.args[0])[0]}\\right|", 7), letter="u", smooth=False)
+elementwise("sign", lambda x, y: None, "d sign(X) = 0 (almost everywhere)",
+            lambda v: float((v > 0) - (v < 0)), "np.sign({0})", letter="u", smooth=False)
+elementwise("softplus", lambda x, y: _ir().func("sigmoid", x), "d softplus(X) = σ(X)∘dX",
+            lambda v: v + math.log1p(math.exp(-v)) if v > 0 else math.log1p(math.exp(v)),
+            "np.logaddexp(0.0, {0})", letter="q")
+elementwise("logsigmoid", lambda x, y: _ir().func("sigmoid", _ir().neg(x)),
+            "d log σ(X) = σ(−X)∘dX", lambda v: -(-v + math.log1p(math.exp(v)) if v < 0 else math.log1p(math.exp(-v))),
+            "(-np.logaddexp(0.0, -{0}))", latex="\\log\\sigma", letter="g")
+elementwise("log1p", lambda x, y: _ir().div(_c(1.0), _ir().add(_c(1.0), x)), "d log1p(X) = dX⊘(1 + X)",
+            math.log1p, "np.log1p({0})", latex="\\operatorname{log1p}", domain="positive", letter="g",
+            in_place=True)
+elementwise("expm1", lambda x, y: _ir().func("exp", x), "d expm1(X) = exp(X)∘dX",
+            lambda v: math.expm1(v) if v < 700 else float("inf"), "np.expm1({0})",
+            latex="\\operatorname{expm1}", letter="p", in_place=True)
+elementwise("erf", lambda x, y: _ir().mul(_c(2.0 / math.sqrt(math.pi)), _ir().func("exp", _ir().neg(_sq(x)))),
+            "d erf(X) = (2/√π) exp(−X²)∘dX", math.erf, "_erf({0})", latex="\\operatorname{erf}",
+            letter="u", helpers=("_erf",))
+elementwise("gelu", _gelu_prime, "d gelu(X) = (Φ(X) + X∘φ(X))∘dX",
+            lambda v: 0.5 * v * (1.0 + math.erf(v / _SQRT2)), "_gelu({0})", latex="\\operatorname{gelu}",
+            letter="r", helpers=("_gelu",))
+elementwise("silu", _silu_prime, "d silu(X) = σ(X)∘(1 + X∘(1 − σ(X)))∘dX",
+            lambda v: v * _sigmoid_num(v), "({0} * _sigmoid({0}))", latex="\\operatorname{silu}", letter="r",
+            helpers=("_sigmoid",))
+
+
+def _tex_exp(p, e):
+    s = p.p(e.args[0])[0]
+    return (f"e^{{{s}}}", 7) if len(s) <= 30 else (f"\\exp\\left({s}\\right)", 7)
+
+
+# ------------------------------------------------------------------ reductions and matrix functions
+
+def _jvp_linear(e, d):
+    ir = _ir()
+    return None if d[0] is None else ir.func(e.op, d[0], attr=e.attr)
+
+
+def _tr_inv_dx(X, dX):
+    ir = _ir()
+    return ir.func("tr", ir.matmul(ir.func("inv", X), dX))
+
+
+def _t_sum(n, c, lin):
+    X = n.args[0]
+    if n.attr is None:
+        return [(0, _ir().mul(c, _ones(X.shape)))], "frob_sum"
+    return [(0, broadcast_axis(c, X.shape, n.attr % 2))], "frob_sum_axis"
+
+
+def _t_mean(n, c, lin):
+    ir = _ir()
+    X = n.args[0]
+    if n.attr is None:
+        return [(0, ir.mul(c, ir.div(_ones(X.shape), count(X.shape))))], "frob_mean"
+    axis = n.attr % 2
+    return [(0, ir.div(broadcast_axis(c, X.shape, axis), axis_count(X.shape, axis)))], "frob_mean_axis"
+
+
+def _jvp_softmax(e, d):
+    ir = _ir()
+    if d[0] is None:
+        return None
+    if e.attr is None:  # d softmax(x) = s∘(dx − (s:dx)1)
+        return ir.mul(e, ir.add(d[0], ir.neg(ir.frob(e, d[0]))))
+    axis = e.attr % 2
+    inner = ir.func("sum", ir.mul(e, d[0]), attr=axis)
+    return ir.mul(e, ir.add(d[0], ir.neg(broadcast_axis(inner, e.shape, axis))))
+
+
+def _jvp_logsumexp(e, d):
+    ir = _ir()
+    if d[0] is None:
+        return None
+    X = d[0]
+    if e.attr is None:
+        return ir.frob(ir.func("softmax_all", e.args[0]) if e.args[0].shape[1] != 1 and e.args[0].shape[0] != 1
+                       else ir.func("softmax", e.args[0]), X)
+    axis = e.attr % 2
+    return ir.func("sum", ir.mul(ir.func("softmax", e.args[0], attr=axis), X), attr=axis)
+
+
+def _jvp_matrix_power(e, d):
+    """d(Xᵏ) = Σᵢ Xⁱ dX Xᵏ⁻¹⁻ⁱ; for k < 0 the same sum in X⁻¹ with dX⁻¹ = −X⁻¹ dX X⁻¹."""
+    ir = _ir()
+    if d[0] is None:
+        return None
+    X, k = e.args[0], e.attr
+    base, dbase = (X, d[0]) if k > 0 else (ir.func("inv", X), ir.neg(ir.matmul(ir.matmul(ir.func("inv", X), d[0]), ir.func("inv", X))))
+    m = abs(k)
+
+    def pw(j):
+        if j == 0:
+            return None
+        if j == 1:
+            return base
+        return ir.func("matrix_power", X, attr=j if k > 0 else -j)
+    terms = []
+    for i in range(m):
+        left, right = pw(i), pw(m - 1 - i)
+        t = dbase
+        if left is not None:
+            t = ir.matmul(left, t)
+        if right is not None:
+            t = ir.matmul(t, right)
+        terms.append(t)
+    return terms[0] if len(terms) == 1 else ir.add(*terms)
+
+
+def _jvp_kron(e, d):
+    ir = _ir()
+    A, B = e.args
+    return _sum_opt([d[0] and ir.func("kron", d[0], B), d[1] and ir.func("kron", A, d[1])])
+
+
+def _t_kron(n, c, lin):
+    ir = _ir()
+    A, B = n.args
+    out = []
+    if lin[0]:
+        out.append((0, ir.func("kron_blocks", c, B, attr=A.shape)))
+    if lin[1]:
+        out.append((1, ir.func("kron_sum", c, A, attr=B.shape)))
+    return out, "frob_kron"
+
+
+def _np_axis_template(all_form, axis_form):
+    def emit(em, n, a):
+        if n.attr is None:
+            return all_form(em, n, a)
+        return axis_form(em, n, a, n.attr % 2)
+    return emit
+
+
+def _np_sum(em, n, a):
+    return em.total(a[0], n.args[0].shape)
+
+
+def _np_sum_axis(em, n, a, axis):
+    X = n.args[0]
+    if len(em.np_shape(X.shape)) == 1:  # a vector summed along its long axis
+        return em.total(a[0], X.shape)
+    return f"np.add.reduce({a[0]}, {axis})"
+
+
+def _np_mean(em, n, a):
+    X = n.args[0]
+    return f"({em.total(a[0], X.shape)} / {em.count_src(X.shape)})"
+
+
+def _np_mean_axis(em, n, a, axis):
+    X = n.args[0]
+    if len(em.np_shape(X.shape)) == 1:
+        return f"({em.total(a[0], X.shape)} / {em.count_src(X.shape)})"
+    return f"np.mean({a[0]}, {axis})"
+
+
+def _np_lse_axis(em, n, a, axis):
+    X = n.args[0]
+    if len(em.np_shape(X.shape)) == 1:
+        em.helpers.add("_logsumexp")
+        return f"_logsumexp({a[0]})"
+    em.helpers.add("_logsumexp_axis")
+    return f"_logsumexp_axis({a[0]}, {axis})"
+
+
+def _np_softmax_axis(em, n, a, axis):
+    X = n.args[0]
+    if len(em.np_shape(X.shape)) == 1:
+        em.helpers.add("_softmax")
+        return f"_softmax({a[0]})"
+    em.helpers.add("_softmax_axis")
+    return f"_softmax_axis({a[0]}, {axis})"
+
+
+def _np_kron(em, n, a):
+    A, B = n.args
+    return em.from_2d(f"np.kron({em.as_2d(a[0], A.shape)}, {em.as_2d(a[1], B.shape)})", n.shape)
+
+
+def _np_vec(em, n, a):
+    X = n.args[0]
+    return f"{a[0]}.reshape(-1, order='F')" if len(em.np_shape(X.shape)) == 2 else a[0]
+
+
+def _np_unvec(em, n, a):
+    if len(em.np_shape(n.shape)) < 2:
+        return a[0] if n.shape != SCALAR else f"float({a[0]}[0])"
+    return f"{a[0]}.reshape({em.shape_src(n.shape)}, order='F')"
+
+
+def _np_kron_blocks(em, n, a):
+    c, B = n.args
+    em.helpers.add("_kron_blocks")
+    return em.from_2d(f"_kron_blocks({em.as_2d(a[0], c.shape)}, {em.as_2d(a[1], B.shape)}, "
+                      f"{em.dim(n.shape[0])}, {em.dim(n.shape[1])})", n.shape)
+
+
+def _np_kron_sum(em, n, a):
+    c, A = n.args
+    em.helpers.add("_kron_sum")
+    return em.from_2d(f"_kron_sum({em.as_2d(a[0], c.shape)}, {em.as_2d(a[1], A.shape)}, "
+                      f"{em.dim(n.shape[0])}, {em.dim(n.shape[1])})", n.shape)
+
+
+def _np_matrix_power(em, n, a):
+    k = n.attr
+    if k < 0:
+        em.helpers.add("_lu")
+        return f"np.linalg.matrix_power(_inv({a[0]}), {-k})"
+    return f"np.linalg.matrix_power({a[0]}, {k})"
+
+
+def _tex_call(name):
+    return lambda p, e: (f"{name}\\left({', '.join(p.p(x)[0] for x in e.args)}"
+                         + (f", {e.attr}" if e.attr is not None and not isinstance(e.attr, tuple) else "")
+                         + "\\right)", 7)
+
+
+def _tex_axis(name):
+    def tex(p, e):
+        s = p.p(e.args[0])[0]
+        if e.attr is None:
+            return f"{name}\\left({s}\\right)", 7
+        return f"{name}_{{{e.attr}}}\\left({s}\\right)", 7
+    return tex
+
+
+def _cube_cost(n, size):
+    return size(n.args[0].shape[0]) ** 3
+
+
+register(Op("sum", axis_rule(False), params=("axis",), params_optional=True, jvp=_jvp_linear,
+            rule="d sum(A) = sum(dA)", transpose=_t_sum, numpy=_np_axis_template(_np_sum, _np_sum_axis),
+            latex=_tex_axis("\\operatorname{sum}")))
+register(Op("mean", axis_rule(False), params=("axis",), params_optional=True, jvp=_jvp_linear,
+            rule="d mean(A) = mean(dA)", transpose=_t_mean, numpy=_np_axis_template(_np_mean, _np_mean_axis),
+            latex=_tex_axis("\\operatorname{mean}"), scalar_form=lambda a: a))
+register(Op("tr", square_to(lambda s: SCALAR), jvp=_jvp_linear, rule="d tr(A) = tr(dA)",
+            transpose=lambda n, c, lin: ([(0, _ir().mul(c, _ir().eye(n.args[0].shape[0])))], "frob_trace"),
+            numpy="np.trace({0})", latex="\\operatorname{tr}", aliases=("trace", "Tr"), scalar_form=lambda a: a))
+register(Op("det", square_to(lambda s: SCALAR), jvp=lambda e, d: _ir().mul(e, _tr_inv_dx(e.args[0], d[0])),
+            rule="d det(X) = det(X) tr(X⁻¹dX)", numpy="np.linalg.det({0})", latex="\\det",
+            domain="invertible", scalar_form=lambda a: a, cost=_cube_cost))
+register(Op("logdet", square_to(lambda s: SCALAR), jvp=lambda e, d: _tr_inv_dx(e.args[0], d[0]),
+            rule="d logdet(X) = tr(X⁻¹dX)", numpy="np.linalg.slogdet({0})[1]", latex="\\log\\det",
+            domain="invertible", cost=_cube_cost,
+            scalar_form=lambda a: _ir().func("log", _ir().func("abs", a))))
+register(Op("inv", square_to(lambda s: s), jvp=lambda e, d: _ir().neg(_ir().matmul(_ir().matmul(e, d[0]), e)),
+            rule="d X⁻¹ = −X⁻¹ dX X⁻¹", numpy="np.linalg.inv({0})", domain="invertible", cost=_cube_cost,
+            latex=lambda p, e: (f"{p.wrap(e.args[0], 7)}^{{-1}}", 6),
+            scalar_form=lambda a: _ir().div(_c(1.0), a)))
+register(Op("diag", _diag_rule, jvp=_jvp_linear, rule="d diag(A) = diag(dA)",
+            transpose=lambda n, c, lin: ([(0, _ir().func("Diag", c))], "frob_diag"), numpy="np.diag({0})",
+            latex="\\operatorname{diag}", scalar_form=lambda a: a))
+register(Op("Diag", _Diag_rule, jvp=_jvp_linear, rule="d Diag(a) = Diag(da)",
+            transpose=lambda n, c, lin: ([(0, _ir().func("diag", c))], "frob_Diag"), numpy="np.diag({0})",
+            latex="\\operatorname{Diag}", scalar_form=lambda a: a))
+register(Op("norm2", to_scalar, jvp=lambda e, d: _ir().frob(_ir().div(e.args[0], e), d[0]),
+            rule="d‖x‖ = (x/‖x‖):dx", numpy="_norm2({0})", helpers=("_norm2",),
+            latex=lambda p, e: (f"\\left\\|{p.p(e.args[0])[0]}\\right\\|", 7), smooth=False))
+register(Op("norm1", to_scalar, jvp=lambda e, d: _ir().frob(_ir().func("sign", e.args[0]), d[0]),
+            rule="d‖x‖₁ = sign(x):dx", numpy=lambda em, n, a: em.total(f"np.abs({a[0]})", n.args[0].shape),
+            latex=lambda p, e: (f"\\left\\|{p.p(e.args[0])[0]}\\right\\|_{{1}}", 7), smooth=False))
+register(Op("logsumexp", axis_rule(False), params=("axis",), params_optional=True, jvp=_jvp_logsumexp,
+            rule="d logsumexp(X) = softmax(X):dX",
+            numpy=_np_axis_template(lambda em, n, a: (em.helpers.add("_logsumexp"), f"_logsumexp({a[0]})")[1],
+                                    _np_lse_axis),
+            latex=_tex_axis("\\operatorname{logsumexp}")))
+register(Op("softmax", axis_rule(True, vector_only_without_axis=True), params=("axis",), params_optional=True,
+            jvp=_jvp_softmax, rule="d softmax(x) = s∘(dx − (s:dx)1)", letter="s",
+            numpy=_np_axis_template(lambda em, n, a: (em.helpers.add("_softmax"), f"_softmax({a[0]})")[1],
+                                    _np_softmax_axis),
+            latex=_tex_axis("\\operatorname{softmax}")))
+# softmax over every entry of a matrix: the gradient of logsumexp(X) (not user syntax)
+register(Op("softmax_all", same_shape, jvp=lambda e, d: None if d[0] is None else _ir().mul(
+             e, _ir().add(d[0], _ir().neg(_ir().frob(e, d[0])))), rule="d softmax(X) = S∘(dX − (S:dX)1)",
+            numpy="_softmax({0})", helpers=("_softmax",), user=False, letter="s",
+            text=lambda p, e: f"exp({p.p(e.args[0])[0]} - logsumexp({p.p(e.args[0])[0]}))",
+            latex="\\operatorname{softmax}"))
+register(Op("kron", _kron_rule, nargs=2, jvp=_jvp_kron, rule="d(A⊗B) = dA⊗B + A⊗dB", transpose=_t_kron,
+            numpy=_np_kron, latex=lambda p, e: (f"{p.wrap(e.args[0], 3)} \\otimes {p.wrap(e.args[1], 3, True)}", 3),
+            cost=lambda n, size: size(n.shape[0]) * size(n.shape[1])))
+register(Op("vec", _vec_rule, jvp=_jvp_linear, rule="d vec(X) = vec(dX)",
+            transpose=lambda n, c, lin: ([(0, _ir().func("unvec", c, attr=n.args[0].shape))], "frob_vec"),
+            numpy=_np_vec, latex="\\operatorname{vec}"))
+register(Op("unvec", _unvec_rule, jvp=lambda e, d: None if d[0] is None else _ir().func("unvec", d[0], attr=e.shape),
+            rule="d vec⁻¹(v) = vec⁻¹(dv)", user=False,
+            transpose=lambda n, c, lin: ([(0, _ir().func("vec", c))], "frob_unvec"),
+            numpy=_np_unvec, latex="\\operatorname{vec}^{-1}"))
+register(Op("kron_blocks", _blocks_rule, nargs=2, user=False,
+            jvp=lambda e, d: _sum_opt([d[0] and _ir().func("kron_blocks", d[0], e.args[1], attr=e.shape),
+                                       d[1] and _ir().func("kron_blocks", e.args[0], d[1], attr=e.shape)]),
+            rule="d blocks(C, B) = blocks(dC, B) + blocks(C, dB)", numpy=_np_kron_blocks,
+            latex=lambda p, e: (f"\\operatorname{{blocks}}\\left({p.p(e.args[0])[0]} : {p.p(e.args[1])[0]}\\right)", 7)))
+register(Op("kron_sum", _blocks_rule, nargs=2, user=False,
+            jvp=lambda e, d: _sum_opt([d[0] and _ir().func("kron_sum", d[0], e.args[1], attr=e.shape),
+                                       d[1] and _ir().func("kron_sum", e.args[0], d[1], attr=e.shape)]),
+            rule="d blocksum(C, A) = blocksum(dC, A) + blocksum(C, dA)", numpy=_np_kron_sum,
+            latex=lambda p, e: (f"\\operatorname{{blocksum}}\\left({p.p(e.args[0])[0]}, {p.p(e.args[1])[0]}\\right)", 7)))
+register(Op("matrix_power", _matrix_power_rule, params=("k",), jvp=_jvp_matrix_power,
+            rule="d Xᵏ = Σᵢ Xⁱ dX Xᵏ⁻¹⁻ⁱ", numpy=_np_matrix_power, domain="invertible_if_negative",
+            latex=lambda p, e: (f"{p.wrap(e.args[0], 7)}^{{{e.attr}}}", 6),
+            cost=lambda n, size: abs(n.attr) * size(n.shape[0]) ** 3))
+register(Op("size", to_scalar, params=("axis",), params_optional=True, jvp=lambda e, d: None,
+            rule="d size(X) = 0", numpy="{0}", user=True))
+
+
+# ------------------------------------------------------------------ structural operators
+# Built by ir's constructors (their shapes are checked there), printed and emitted by the
+# visitors' own cases; their differentials and adjoints live here with everything else's.
+
+def _jvp_mul(e, d):
+    ir = _ir()
+    return _sum_opt([ir.mul(*(d[i] if j == i else a for j, a in enumerate(e.args)))
+                     for i in range(len(e.args)) if d[i] is not None])
+
+
+def _jvp_div(e, d):
+    ir = _ir()
+    a, b = e.args
+    da, db = d
+    if db is None:
+        return ir.div(da, b)
+    num = ir.mul(_c(-1.0), e, db)  # d(a⊘b) = (da − (a⊘b)∘db)⊘b
+    return ir.div(num if da is None else ir.add(da, num), b)
+
+
+def _jvp_pow(e, d):
+    ir = _ir()
+    a, k = e.args
+    da, dk = d
+    out = []
+    if da is not None:
+        km1 = _c(k.attr - 1.0) if k.is_const else ir.add(k, _c(-1.0))
+        coeff = ir.mul(k, ir.power(a, km1)) if not (k.is_const and k.attr == 2.0) else ir.mul(_c(2.0), a)
+        out.append(ir.mul(coeff, da))
+    if dk is not None:
+        out.append(ir.mul(e, ir.func("log", a), dk))
+    return _sum_opt(out)
+
+
+def _t_mul(node, cot, lin):
+    ir = _ir()
+    i = lin.index(True)
+    others = [a for j, a in enumerate(node.args) if j != i]
+    key = "frob_scalar" if all(o.shape == SCALAR for o in others) else "frob_hadamard"
+    return [(i, ir.mul(cot, *others))], key
+
+
+def _t_matmul(node, cot, lin):
+    ir = _ir()
+    a, b = node.args
+    out = []
+    if lin[0]:
+        out.append((0, ir.matmul(cot, ir.T(b))))
+    if lin[1]:
+        out.append((1, ir.matmul(ir.T(a), cot)))
+    return out, "frob_matmul_right" if lin[0] else "frob_matmul_left"
+
+
+def _t_frob(node, cot, lin):
+    i = lin.index(True)
+    return [(i, _ir().mul(cot, node.args[1 - i]))], "frob_comm" if i == 0 else "frob_of_frob"
+
+
+def _structural(name, **kw):
+    return register(Op(name, None, user=False, **kw))
+
+
+_structural("add", nargs=2, jvp=lambda e, d: _sum_opt(d), rule="d(A + B) = dA + dB",
+            transpose=lambda n, c, lin: ([(i, c) for i, l in enumerate(lin) if l], "frob_linear"))
+_structural("mul", nargs=2, jvp=_jvp_mul, rule="d(A∘B) = dA∘B + A∘dB", transpose=_t_mul)
+_structural("div", nargs=2, jvp=_jvp_div, rule="d(A⊘B) = (dA − (A⊘B)∘dB)⊘B",
+            transpose=lambda n, c, lin: ([(0, _ir().div(c, n.args[1]))], "frob_div"))
+_structural("pow", nargs=2, jvp=_jvp_pow, rule="d(A^k) = k A^(k−1)∘dA")
+_structural("matmul", nargs=2, rule="d(AB) = dA B + A dB", transpose=_t_matmul,
+            jvp=lambda e, d: _sum_opt([d[0] and _ir().matmul(d[0], e.args[1]),
+                                       d[1] and _ir().matmul(e.args[0], d[1])]),
+            cost=lambda n, size: size(n.args[0].shape[0]) * size(n.args[0].shape[1]) * size(n.args[1].shape[1]))
+_structural("T", jvp=lambda e, d: _ir().T(d[0]), rule="d(Aᵀ) = (dA)ᵀ",
+            transpose=lambda n, c, lin: ([(0, _ir().T(c))], "frob_transpose"), cost=lambda n, size: 0.0)
+_structural("frob", nargs=2, rule="d(A:B) = dA:B + A:dB", transpose=_t_frob,
+            jvp=lambda e, d: _sum_opt([d[0] and _ir().frob(d[0], e.args[1]), d[1] and _ir().frob(e.args[0], d[1])]))
+for _leaf in ("sym", "delta", "const", "eye", "dim"):
+    _structural(_leaf, nargs=0)
+# d(λ): the differential of an expression as the first line of a derivation shows it
+_structural("d", nargs=1, text=lambda p, e: f"d({p.p(e.args[0])[0]})",
+            latex=lambda p, e: (f"\\mathrm{{d}}\\left({p.p(e.args[0])[0]}\\right)", 7))
