@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
-import exprgen  # noqa: E402
-from fd import check_gradient  # noqa: E402
+from support import exprgen  # noqa: E402
+from support.fd import check_gradient  # noqa: E402
 
 
 def run_case(matcalc, case, rng, shapes):

@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import ir
+from .ops import REGISTRY
 
-DOMAINS = ("normal", "positive", "spd", "invertible", "unit_simplex", "onehot")
+DOMAINS = ("normal", "positive", "spd", "invertible", "unit_simplex", "onehot", "small")
 _LARGE = {"n", "m", "k", "p", "N", "M", "K", "P", "T"}
 
 
@@ -64,12 +65,17 @@ def choose_sizes(dims, fixed=None) -> dict:
 
 def infer_domains(expr: ir.Expr, symbols: dict) -> dict:
     """Guess where each symbol must be drawn from so that λ is defined."""
-    positive, spd = set(), set()
+    positive, spd, small = set(), set(), set()
     for node in ir.walk(expr):
         op = node.op
         sensitive = None
-        if op in ("log", "sqrt"):
+        need = REGISTRY[op].domain if op in REGISTRY else None
+        if need == "invertible_if_negative":
+            need = "invertible" if node.attr < 0 else None
+        if need == "positive":
             sensitive = node.args[0]
+        elif need in ("unit_interval", "small"):
+            small.update(s.attr for s in ir.symbols(node.args[0]))
         elif op == "pow" and not (node.args[1].op == "const" and float(node.args[1].attr).is_integer()):
             sensitive = node.args[0]
         elif op == "pow" and node.args[1].op == "const" and node.args[1].attr < 0:
@@ -78,7 +84,7 @@ def infer_domains(expr: ir.Expr, symbols: dict) -> dict:
             sensitive = node.args[1]
         if sensitive is not None:
             positive.update(s.attr for s in ir.symbols(sensitive))
-        if op in ("inv", "det", "logdet"):
+        if need == "invertible":
             for s in ir.symbols(node.args[0]):
                 if s.shape[0] == s.shape[1] and s.shape != ir.SCALAR:
                     spd.add(s.attr)
@@ -87,7 +93,8 @@ def infer_domains(expr: ir.Expr, symbols: dict) -> dict:
     out = {}
     for name, s in symbols.items():
         square = s.shape[0] == s.shape[1] and s.shape != ir.SCALAR
-        out[name] = "spd" if (name in spd and square) else ("positive" if name in positive or name in spd else "normal")
+        out[name] = "spd" if (name in spd and square) else ("positive" if name in positive or name in spd
+                                                           else "small" if name in small else "normal")
     return out
 
 
@@ -101,6 +108,8 @@ def draw(shape_np: tuple, domain: str, rng) -> np.ndarray | float:
         v = 2 * np.eye(n) + rng.standard_normal((n, n)) / np.sqrt(n)
     elif domain == "positive":
         v = rng.uniform(0.2, 2.0, size=shape_np)
+    elif domain == "small":  # arguments of arcsin, arccos, tan: well inside (-1, 1)
+        v = rng.uniform(-0.3, 0.3, size=shape_np)
     elif domain == "unit_simplex":
         v = rng.uniform(0.2, 2.0, size=shape_np)
         v = v / v.sum()

@@ -386,8 +386,6 @@ class Emitter:
                 rest = a[1:]
                 return "(-" + (rest[0] if len(rest) == 1 else "(" + " * ".join(rest) + ")") + ")"
             return "(" + " * ".join(a) + ")"
-        if op == "solve":
-            return f"np.linalg.solve({a[0]}, {a[1]})"
         if op == "div":
             den = n.args[1]
             if den.op == "norm2":
@@ -478,7 +476,7 @@ class Emitter:
     def count_src(self, shape) -> str:
         """The number of entries of an array of ``shape``, as code."""
         dims = [self.dim(d) for d in np_shape(shape)]
-        return " * ".join(dims) if dims else "1"
+        return ("(" + " * ".join(dims) + ")" if len(dims) > 1 else dims[0]) if dims else "1"
 
     def total(self, code: str, shape) -> str:
         """The sum of an array's entries, as dot products with ones."""

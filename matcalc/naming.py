@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from . import ir
 from .ir import Expr
+from .ops import REGISTRY
 
 # the letter a value gets, by the function that made it
-LETTERS = {"exp": "p", "step": "h", "relu": "r", "sigmoid": "s", "tanh": "t", "softmax": "s",
-           "softplus": "q", "log": "g", "sqrt": "q", "sin": "u", "cos": "u", "abs": "u", "sign": "u"}
+LETTERS = {op.name: op.letter for op in REGISTRY.values() if op.letter}
 PRE_ACTIVATION = "z"
 
 

@@ -610,7 +610,7 @@ register(Op("kron_sum", _blocks_rule, nargs=2, user=False,
                                        d[1] and _ir().func("kron_sum", e.args[0], d[1], attr=e.shape)]),
             rule="d blocksum(C, A) = blocksum(dC, A) + blocksum(C, dA)", numpy=_np_kron_sum,
             latex=lambda p, e: (f"\\operatorname{{blocksum}}\\left({p.p(e.args[0])[0]}, {p.p(e.args[1])[0]}\\right)", 7)))
-register(Op("matrix_power", _matrix_power_rule, params=("k",), jvp=_jvp_matrix_power,
+register(Op("matrix_power", _matrix_power_rule, params=("power",), jvp=_jvp_matrix_power,
             rule="d Xᵏ = Σᵢ Xⁱ dX Xᵏ⁻¹⁻ⁱ", numpy=_np_matrix_power, domain="invertible_if_negative",
             latex=lambda p, e: (f"{p.wrap(e.args[0], 7)}^{{{e.attr}}}", 6),
             cost=lambda n, size: abs(n.attr) * size(n.shape[0]) ** 3))
@@ -689,7 +689,8 @@ _structural("pow", nargs=2, jvp=_jvp_pow, rule="d(A^k) = k A^(k−1)∘dA")
 _structural("matmul", nargs=2, rule="d(AB) = dA B + A dB", transpose=_t_matmul,
             jvp=lambda e, d: _sum_opt([d[0] and _ir().matmul(d[0], e.args[1]),
                                        d[1] and _ir().matmul(e.args[0], d[1])]),
-            cost=lambda n, size: size(n.args[0].shape[0]) * size(n.args[0].shape[1]) * size(n.args[1].shape[1]))
+            cost=lambda n, size: size(n.shape[0]) * size(n.shape[1]) if "Diag" in (n.args[0].op, n.args[1].op)
+            else size(n.args[0].shape[0]) * size(n.args[0].shape[1]) * size(n.args[1].shape[1]))
 _structural("T", jvp=lambda e, d: _ir().T(d[0]), rule="d(Aᵀ) = (dA)ᵀ",
             transpose=lambda n, c, lin: ([(0, _ir().T(c))], "frob_transpose"), cost=lambda n, size: 0.0)
 _structural("frob", nargs=2, rule="d(A:B) = dA:B + A:dB", transpose=_t_frob,
@@ -699,3 +700,9 @@ for _leaf in ("sym", "delta", "const", "eye", "dim"):
 # d(λ): the differential of an expression as the first line of a derivation shows it
 _structural("d", nargs=1, text=lambda p, e: f"d({p.p(e.args[0])[0]})",
             latex=lambda p, e: (f"\\mathrm{{d}}\\left({p.p(e.args[0])[0]}\\right)", 7))
+# solve(A, B) = A⁻¹B: written by the optimiser for inv(A)@B when the inverse is needed nowhere else
+_structural("solve", nargs=2, numpy="np.linalg.solve({0}, {1})",
+            cost=lambda n, size: size(n.args[0].shape[0]) ** 3 / 3
+            + size(n.args[0].shape[0]) ** 2 * size(n.args[1].shape[1]))
+# the root over several outputs, so that one walk sees their shared nodes once
+_structural("outputs", nargs=0)

@@ -13,6 +13,7 @@ import math
 
 from . import ir
 from .ir import SCALAR, Expr
+from .ops import REGISTRY
 
 N = 1024  # the representative size of a symbolic dimension
 
@@ -30,19 +31,9 @@ def local_cost(e: Expr) -> float:
     op = e.op
     if not e.args:
         return 0.0 if op != "eye" and op != "const" or e.shape == SCALAR else numel(e.shape)
-    if op == "matmul":
-        a, b = e.args
-        if a.op == "Diag" or b.op == "Diag":
-            return numel(e.shape)
-        return size(a.shape[0]) * size(a.shape[1]) * size(b.shape[1])
-    if op == "solve":
-        a, b = e.args
-        n = size(a.shape[0])
-        return n ** 3 / 3 + n * n * size(b.shape[1])
-    if op in ("inv", "det", "logdet"):
-        return size(e.args[0].shape[0]) ** 3
-    if op == "T":
-        return 0.0
+    spec = REGISTRY.get(op)
+    if spec is not None and spec.cost is not None:
+        return float(spec.cost(e, size))
     return float(max(numel(e.shape), max(numel(a.shape) for a in e.args)))
 
 

@@ -103,6 +103,12 @@ def parse_declaration(name: str, spec) -> tuple:
             dims.append(d)
         elif isinstance(d, str) and _DIM_RE.match(d.strip()):
             dims.append(d.strip())
+        elif isinstance(d, str) and "*" in d and all(_DIM_RE.match(f.strip()) or f.strip().isdigit()
+                                                     for f in d.split("*")):
+            out = 1  # a product of dimensions, as vec and kron make: "a*b"
+            for f in d.split("*"):
+                out = ir.dim_mul(out, int(f) if f.strip().isdigit() else f.strip())
+            dims.append(out)
         else:
             raise ShapeError(f"bad dimension {d!r} in the shape of {name}: use a name like n or an int")
     return tuple(dims)
@@ -125,7 +131,8 @@ class _Typer:
         self.parent: dict = {}
         self.serial = 0
         self.declared = {k: parse_declaration(k, v) for k, v in (declared or {}).items()}
-        self.user_dim_names = {d for s in self.declared.values() for d in s if isinstance(d, str)}
+        self.user_dim_names = {f for s in self.declared.values() for d in s if isinstance(d, str)
+                               for f in ir.dim_factors(d) if isinstance(f, str)}
         self._names = (n for n in _letters() if n not in self.user_dim_names)
         self.sym_shape: dict = {}     # name -> (r, c) terms
         self.sym_kind: dict = {}
@@ -195,6 +202,23 @@ class _Typer:
             return False
         if isinstance(b, Prod) and sorted(map(id, a.factors)) == sorted(map(id, b.factors)):
             return True
+        if isinstance(b, str) and "*" in b:  # a known product: cancel the known factors
+            rest = ir.dim_factors(b)
+            unknown = []
+            for f in a.factors:
+                if isinstance(f, Var):
+                    unknown.append(f)
+                elif f in rest:
+                    rest.remove(f)
+                else:
+                    unknown = None
+                    break
+            if unknown is not None and len(unknown) == 1 and rest:
+                value = 1
+                for f in rest:
+                    value = ir.dim_mul(value, f)
+                self.parent[unknown[0]] = value
+                return True
         if isinstance(b, int):  # one unknown factor of a known total: solve it
             unknown = [f for f in a.factors if isinstance(f, Var)]
             known = 1

@@ -41,28 +41,6 @@ def np_eval(src, inputs):
     return eval(src, {"np": np, **inputs})  # noqa: S307
 
 
-def central_fd(f, inputs, wrt, h=1e-6):
-    x0 = np.asarray(inputs[wrt], dtype=float)
-    g = np.zeros(x0.shape)
-    flat = x0.reshape(-1)
-    for i in range(flat.size):
-        step = h * max(1.0, abs(flat[i]))
-        up, dn = flat.copy(), flat.copy()
-        up[i] += step
-        dn[i] -= step
-        a = dict(inputs, **{wrt: up.reshape(x0.shape) if x0.shape else float(up[0])})
-        b = dict(inputs, **{wrt: dn.reshape(x0.shape) if x0.shape else float(dn[0])})
-        g.reshape(-1)[i] = (f(a) - f(b)) / (2 * step)
-    return g
-
-
-def rel_err(a, b):
-    a, b = np.asarray(a, float), np.asarray(b, float)
-    assert a.shape == b.shape, (a.shape, b.shape)
-    scale = max(np.max(np.abs(a)), np.max(np.abs(b)), 1e-12)
-    return float(np.max(np.abs(a - b)) / scale)
-
-
 @pytest.fixture(scope="session")
 def corpus():
     return load_corpus()

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import matcalc
-from conftest import case_inputs, central_fd, load_corpus, np_eval, rel_err, concrete, SIZES
+from conftest import case_inputs, load_corpus, np_eval, concrete, SIZES
+from support.fd import central_fd_grad, rel_error
 
 CASES = load_corpus()
 IDS = [c["id"] for c in CASES]
@@ -26,9 +27,9 @@ def test_api_matches_reference_and_finite_differences(case):
         got = d.function(**inputs)
         want = np_eval(case["reference"], inputs)
         assert np.shape(got) == concrete(case["shapes"][case["wrt"]])
-        assert rel_err(got, want) < 1e-9, (d.text, case["reference"])
-        fd = central_fd(lambda a: np_eval(case["f"], a), inputs, case["wrt"])
-        assert rel_err(got, fd) < 1e-6
+        assert rel_error(got, want) < 1e-9, (d.text, case["reference"])
+        fd = central_fd_grad(lambda **a: np_eval(case["f"], a), inputs, case["wrt"])
+        assert rel_error(got, fd) < 1e-6
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
@@ -74,7 +75,7 @@ def test_cli_json(case):
     exec(compile(out["numpy_source"], "<emitted>", "exec"), namespace)  # noqa: S102 - our own output
     fn = [v for k, v in namespace.items() if k.startswith("grad_")][0]
     inputs = case_inputs(case, seed=3)
-    assert rel_err(fn(**inputs), np_eval(case["reference"], inputs)) < 1e-9
+    assert rel_error(fn(**inputs), np_eval(case["reference"], inputs)) < 1e-9
 
 
 def test_cli_multiple_wrt_prints_one_object_each():

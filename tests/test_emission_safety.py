@@ -27,7 +27,7 @@ import pytest
 
 import matcalc
 from matcalc.codegen import HELPERS
-from fd import central_fd_grad, rel_error
+from support.fd import central_fd_grad, rel_error
 from conftest import load_corpus
 
 # names a user may give symbols (the grammar's NAME), chosen to collide with something

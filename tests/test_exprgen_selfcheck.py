@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-import exprgen as eg
-from exprgen import (SCALAR, add, call, col, div, eval_text, frob, frob_ones,
+from support import exprgen as eg
+from support.exprgen import (SCALAR, add, call, col, div, eval_text, frob, frob_ones,
                      had, identity, make_case, mat, matmul, matmul_ones, neg,
                      number, power, sub, sym, transpose)
-from fd import (central_fd_grad, check_gradient, rel_error,
+from support.fd import (central_fd_grad, check_gradient, rel_error,
                 richardson_fd_grad)
 
 SETTINGS = settings(max_examples=200, deadline=None, derandomize=True,

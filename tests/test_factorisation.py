@@ -8,7 +8,7 @@ import pytest
 
 import matcalc
 from matcalc.codegen import HELPERS
-from fd import central_fd_grad, rel_error
+from support.fd import central_fd_grad, rel_error
 
 
 def _helpers(lapack: bool) -> dict:

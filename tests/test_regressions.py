@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 import matcalc
-from conftest import central_fd, rel_err
-from exprgen import eval_text  # the generator's own independent evaluator of matcalc text
+from support.fd import central_fd_grad, rel_error
+from support.exprgen import eval_text  # the generator's own independent evaluator of matcalc text
 
 CASES = [
     # ᵀ right after .T or ^T was read as part of a name
@@ -37,9 +37,9 @@ def test_regression(name, expr, shapes, wrt):
         conc = tuple(sizes.setdefault(dim, next(dims)) for dim in shape)
         inputs[sym] = float(rng.standard_normal()) if conc == () else rng.standard_normal(conc)
     got = d.function(**inputs)
-    fd = central_fd(lambda a: float(eval_text(expr, a)), inputs, wrt)
+    fd = central_fd_grad(lambda **a: float(eval_text(expr, a)), inputs, wrt)
     assert np.shape(got) == np.shape(inputs[wrt])
-    assert rel_err(got, fd) < 1e-6
+    assert rel_error(got, fd) < 1e-6
     assert d.check().ok
 
 
@@ -50,7 +50,7 @@ def test_norm2_at_zero_takes_the_least_norm_subgradient():
     U = np.array([[1.0, 0.2], [0.1, 1.0]])
     g = d.function(q=q, U=U)
     assert np.all(g == 0.0)
-    fd = central_fd(lambda a: float(eval_text("norm2(relu(-q.T)) - sin(det(U))", a)), {"q": q, "U": U}, "q")
+    fd = central_fd_grad(lambda **a: float(eval_text("norm2(relu(-q.T)) - sin(det(U))", a)), {"q": q, "U": U}, "q")
     assert np.all(fd == 0.0)
     assert np.all(matcalc.derive("norm2(x)", wrt="x").function(x=np.zeros(4)) == 0.0)
 
@@ -68,5 +68,5 @@ def test_norm2_inside_a_product_denominator_at_zero(expr):
     inputs = {**zero_inputs, "x": rng.standard_normal(3)}
     if "tau" in inputs:
         inputs["tau"] = 0.5
-    fd = central_fd(lambda a: float(eval_text(expr, a)), inputs, "x")
-    assert rel_err(d.function(**inputs), fd) < 1e-6
+    fd = central_fd_grad(lambda **a: float(eval_text(expr, a)), inputs, "x")
+    assert rel_error(d.function(**inputs), fd) < 1e-6

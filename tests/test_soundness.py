@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, given, note, settings, strategies as st
 
 matcalc = pytest.importorskip("matcalc")
 
-from exprgen import expressions  # noqa: E402
-from fd import check_gradient  # noqa: E402
+from support.exprgen import expressions  # noqa: E402
+from support.fd import check_gradient  # noqa: E402
 
 EXAMPLES = int(os.environ.get("MATCALC_SOUNDNESS_EXAMPLES", "200"))
 

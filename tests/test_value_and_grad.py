@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 
 import matcalc
-from conftest import case_inputs, load_corpus, np_eval, rel_err
+from conftest import case_inputs, load_corpus, np_eval
+from support.fd import rel_error
 
 NLL = "0.5*logdet(S) + 0.5*(x-mu).T@inv(S)@(x-mu)"
 NLL_SHAPES = {"S": ("n", "n"), "x": ("n",), "mu": ("n",)}
@@ -25,8 +26,8 @@ def test_value_and_grad_matches_f_and_every_gradient(case):
     assert list(grads) == names
     for name in names:
         single = matcalc.derive(case["expr"], wrt=name, shapes=case["shapes"]).function(**inputs)
-        assert rel_err(grads[name], single) < 1e-12
-    assert rel_err(grads[case["wrt"]], np_eval(case["reference"], inputs)) < 1e-9
+        assert rel_error(grads[name], single) < 1e-12
+    assert rel_error(grads[case["wrt"]], np_eval(case["reference"], inputs)) < 1e-9
 
 
 def _nll_inputs(n=7, seed=0):
@@ -46,8 +47,8 @@ def test_gaussian_nll_value_and_every_gradient():
     inputs = _nll_inputs()
     value, grads = vg.function(**inputs)
     v, gS, gx = _nll_reference(**inputs)
-    assert abs(value - v) < 1e-10 and rel_err(grads["S"], gS) < 1e-10 and rel_err(grads["x"], gx) < 1e-10
-    assert rel_err(grads["mu"], -gx) < 1e-10
+    assert abs(value - v) < 1e-10 and rel_error(grads["S"], gS) < 1e-10 and rel_error(grads["x"], gx) < 1e-10
+    assert rel_error(grads["mu"], -gx) < 1e-10
     body = vg.numpy_source.split("def value_and_grad")[1]
     # one LU factorisation of S serves inv(S) and logdet(S)
     assert body.count("_lu(S)") == 1 and body.count("_lu_inv(") == 1, body
@@ -108,8 +109,8 @@ def test_logistic_sigmoid_comes_from_the_softplus_of_the_value(scale):
     t = -y * (X @ w)
     sig = np.exp(-np.logaddexp(0.0, -t))  # σ(t), stable both ways
     assert abs(value - np.sum(_softplus(t))) <= 1e-12 * max(1.0, abs(value))
-    assert rel_err(grads["w"], -X.T @ (sig * y)) < 1e-12
-    assert rel_err(grads["y"], -sig * (X @ w)) < 1e-12
+    assert rel_error(grads["w"], -X.T @ (sig * y)) < 1e-12
+    assert rel_error(grads["y"], -sig * (X @ w)) < 1e-12
 
 
 def test_a_sum_computed_for_the_gradient_is_reused_by_the_value():
@@ -125,5 +126,5 @@ def test_a_sum_computed_for_the_gradient_is_reused_by_the_value():
     value, grads = vg.function(W=W, x=x, c=c, m=m, alpha=0.7)
     z = W @ x + c
     assert abs(value - 0.7 * np.sum(np.exp(z) - z + m * m - 1)) < 1e-12 * abs(value)
-    assert rel_err(grads["W"], np.outer(0.7 * (np.exp(z) - 1), x)) < 1e-12
+    assert rel_error(grads["W"], np.outer(0.7 * (np.exp(z) - 1), x)) < 1e-12
     assert abs(grads["alpha"] - np.sum(np.exp(z) - z + m * m - 1)) < 1e-12 * abs(value)

@@ -433,6 +433,26 @@ ELEMENTWISE = {
     "abs": "np.abs({})",
     "sign": "np.sign({})",
     "softplus": "np.logaddexp(0.0, {})",
+    "cosh": "np.cosh({})",
+    "sinh": "np.sinh({})",
+    "tan": "np.tan({})",
+    "arcsin": "np.arcsin({})",
+    "arccos": "np.arccos({})",
+    "arctan": "np.arctan({})",
+    "log1p": "np.log1p({})",
+    "expm1": "np.expm1({})",
+    "erf": "_erf({})",
+    "gelu": "_gelu({})",
+    "silu": "_silu({})",
+    "logsigmoid": "_logsigmoid({})",
+}
+
+# reductions along an axis: name -> numpy template of (array, axis); rows/columns as 1-D
+AXIS_REDUCTIONS = {
+    "sum": "np.sum({}, axis={})",
+    "mean": "np.mean({}, axis={})",
+    "logsumexp": "_logsumexp_axis({}, {})",
+    "softmax": "_softmax_axis({}, {})",
 }
 
 REDUCTIONS = {
@@ -476,6 +496,32 @@ def call(fname: str, a: Node) -> Node:
             m, lo = 1.0, 0.0
         elif fname == "softplus":
             m, lo = a.mag + 0.7, math.log1p(math.exp(-min(a.mag, 50.0)))
+        elif fname in ("cosh", "sinh"):
+            m = math.cosh(min(a.mag, 50.0))
+            lo = 1.0 if fname == "cosh" else None
+        elif fname == "tan":
+            if a.mag > 1.2:
+                raise TypeError(f"tan of a possibly large {a.text}")
+            m = math.tan(a.mag)
+        elif fname in ("arcsin", "arccos"):
+            if a.mag > 0.9:
+                raise TypeError(f"{fname} of a possibly large {a.text}")
+            m = 3.2
+            lo = math.acos(min(a.mag, 1.0)) if fname == "arccos" else None
+        elif fname == "arctan":
+            m = 1.6
+        elif fname == "log1p":
+            if not _positive(a):
+                raise TypeError(f"log1p of a possibly non-positive {a.text}")
+            m, lo = math.log1p(a.mag), math.log1p(a.lo) if a.lo else None
+        elif fname == "expm1":
+            m = math.exp(min(1.5 * a.mag, 50.0))
+        elif fname == "erf":
+            m = 1.0
+        elif fname in ("gelu", "silu"):
+            m = a.mag
+        elif fname == "logsigmoid":
+            m = a.mag + 0.7
     elif fname in REDUCTIONS:
         src = REDUCTIONS[fname].format(a.src)
         if fname == "sum":
@@ -530,6 +576,38 @@ def call(fname: str, a: Node) -> Node:
                 decls=j["decls"], tags=j["tags"] | {fname}, **flags)
 
 
+def call_axis(fname: str, a: Node, axis: int) -> Node:
+    """sum/mean/logsumexp/softmax of a matrix along an axis (0: down the columns)."""
+    if a.ty.kind != "mat":
+        raise TypeError(f"{fname} along an axis of {a.ty}")
+    r, c = a.ty.dims
+    src = AXIS_REDUCTIONS[fname].format(a.src, axis)
+    m, lo = a.mag, None
+    if fname == "softmax":
+        ty, m, lo = a.ty, 1.0, math.exp(-2.0 * min(a.mag, 50.0)) / 6.0
+    else:
+        ty = row(c) if axis == 0 else col(r)
+        if fname == "sum":
+            m = a.mag * 6
+        elif fname == "logsumexp":
+            m = a.mag + 2.0
+    j = _join(a)
+    return Node(f"{fname}({a.text}, {axis})", src, ty, ATOM, m, lo,
+                decls=j["decls"], tags=j["tags"] | {fname + "_axis"})
+
+
+def matrix_power(a: Node, k: int) -> Node:
+    """matrix_power(A, k) of a square matrix (k < 0 only of a matrix with det > 0)."""
+    if a.ty.kind != "mat" or not a.ty.square:
+        raise TypeError(f"matrix_power of {a.ty}")
+    if k < 0 and not a.detpos:
+        raise TypeError(f"matrix_power({a.text}, {k}): det > 0 not guaranteed")
+    j = _join(a)
+    return Node(f"matrix_power({a.text}, {k})", f"np.linalg.matrix_power({a.src}, {k})", a.ty, ATOM,
+                max(a.mag, 1.0) ** abs(k) * 3 ** (abs(k) - 1) if k > 0 else 2.0, None,
+                decls=j["decls"], tags=j["tags"] | {"matrix_power"})
+
+
 def _with(n: Node, **kw) -> Node:
     return replace(n, **kw)
 
@@ -556,8 +634,38 @@ def _h_softmax(v):
     return z / np.sum(z)
 
 
+def _h_erf(x):
+    from scipy.special import erf
+    return erf(x)
+
+
+def _h_gelu(x):
+    from scipy.stats import norm
+    return x * norm.cdf(x)
+
+
+def _h_silu(x):
+    return x * _h_sigmoid(x)
+
+
+def _h_logsigmoid(x):
+    return -np.logaddexp(0.0, -x)
+
+
+def _h_logsumexp_axis(X, axis):
+    mx = np.max(X, axis=axis, keepdims=True)
+    return np.squeeze(mx, axis) + np.log(np.sum(np.exp(X - mx), axis=axis))
+
+
+def _h_softmax_axis(X, axis):
+    z = np.exp(X - np.max(X, axis=axis, keepdims=True))
+    return z / np.sum(z, axis=axis, keepdims=True)
+
+
 _HELPERS = {"np": np, "_sigmoid": _h_sigmoid, "_logdet": _h_logdet,
-            "_logsumexp": _h_logsumexp, "_softmax": _h_softmax}
+            "_logsumexp": _h_logsumexp, "_softmax": _h_softmax, "_erf": _h_erf, "_gelu": _h_gelu,
+            "_silu": _h_silu, "_logsigmoid": _h_logsigmoid, "_logsumexp_axis": _h_logsumexp_axis,
+            "_softmax_axis": _h_softmax_axis}
 
 
 def _dim_sizes(shapes: Dict[str, tuple], inputs: dict) -> Dict[str, int]:
@@ -948,6 +1056,16 @@ class _Gen:
             (2, "relu", plain("relu")), (1, "step", plain("step")),
             (1, "abs", plain("abs")), (1, "sign", plain("sign")),
             (1, "softplus", plain("softplus")),
+            (1, "cosh", lambda: call("cosh", self.bounded(ty, d, 3.0))),
+            (1, "sinh", lambda: call("sinh", self.bounded(ty, d, 3.0))),
+            (1, "tan", lambda: call("tan", had(number(0.8), call("tanh", self.gen(ty, d)), self.mul_op()))),
+            (1, "arcsin", lambda: call("arcsin", had(number(0.6), call("tanh", self.gen(ty, d)), self.mul_op()))),
+            (1, "arccos", lambda: call("arccos", had(number(0.6), call("tanh", self.gen(ty, d)), self.mul_op()))),
+            (1, "arctan", plain("arctan")),
+            (1, "log1p", lambda: call("log1p", self.pos(ty, d))),
+            (1, "expm1", lambda: call("expm1", self.tame(ty, d))),
+            (1, "erf", plain("erf")), (1, "gelu", plain("gelu")), (1, "silu", plain("silu")),
+            (1, "logsigmoid", plain("logsigmoid")),
         ])
 
     def powered(self, ty: Ty, d: int) -> Node:
@@ -1195,6 +1313,8 @@ class _Gen:
             (1, "diag", lambda: call("diag", self.gen(mat(n, n), d))),
             (1, "row", lambda: transpose(self.gen(row(n), d), self.tr_op())),
             (1, "ones", lambda: matmul_ones(self.gen(mat(n, self.dim()), d))),
+            (1, "sum_axis", lambda: call_axis(self.one_of(["sum", "mean", "logsumexp"]),
+                                              self.bounded(mat(n, self.dim()), d, 3.0), 1)),
         ])
 
     def _row(self, ty: Ty, d: int) -> Node:
@@ -1216,6 +1336,7 @@ class _Gen:
             (2, "fn", lambda: self.elementwise(ty, d)),
             (3, "@", vm),
             (3, "T", lambda: transpose(self.gen(col(n), d), self.tr_op())),
+            (1, "sum_axis", lambda: call_axis(self.one_of(["sum", "mean"]), self.gen(mat(self.dim(), n), d), 0)),
         ])
 
     def _mat(self, ty: Ty, d: int) -> Node:
@@ -1242,12 +1363,15 @@ class _Gen:
             (4, "@", mm),
             (2, "outer", outer),
             (2, "T", lambda: transpose(self.gen(mat(c, r), d), self.tr_op())),
+            (1, "softmax_axis", lambda: call_axis("softmax", self.bounded(ty, d, 3.0), self.one_of([0, 1]))),
         ]
         if r == c:
             opts += [
                 (1, "Diag", lambda: call("Diag", self.gen(col(r), d))),
                 (1, "inv", lambda: call("inv", self.spd(r, d))),
                 (1, "spd", lambda: self.spd(r, d)),
+                (1, "matrix_power", lambda: matrix_power(self.bounded(ty, d, 1.5), self.one_of([2, 3]))),
+                (1, "matrix_power", lambda: matrix_power(self.spd(r, d), -1)),
                 (2, "I", lambda: self.with_identity(ty, d)),
             ]
         return self.pick(opts)
@@ -1323,7 +1447,7 @@ def expressions(max_depth: int = 4, exclude: Sequence[str] = ()):
 _TOKEN = re.compile(r"""\s*(?:
     (?P<num>\d+(?:\.\d+)?)
   | (?P<name>[A-Za-z_][A-Za-z0-9_]*)
-  | (?P<op>\*\*|\.T|\^T|[-+*/@:()'ᵀ∘⊙⊘])
+  | (?P<op>\*\*|\.T|\^T|[-+*/@:()'ᵀ∘⊙⊘,])
 )""", re.X)
 
 
@@ -1414,9 +1538,28 @@ def _col_vec(v, fname):
     return v
 
 
-def _apply(fname: str, v):
+def _apply_axis(fname: str, v, axis: int):
+    """Reductions along an axis of a 2-D value (vectors are (n, 1) here)."""
+    if fname == "sum":
+        return np.sum(v, axis=axis, keepdims=True)
+    if fname == "mean":
+        return np.mean(v, axis=axis, keepdims=True)
+    e = np.exp(v)
+    if fname == "logsumexp":
+        return np.log(np.sum(e, axis=axis, keepdims=True))
+    if fname == "softmax":
+        return e / np.sum(e, axis=axis, keepdims=True)
+    if fname == "matrix_power":
+        return np.linalg.matrix_power(v, axis)
+    raise NameError(f"unknown function {fname} with an integer parameter")
+
+
+def _apply(fname: str, v, extra=None):
     if isinstance(v, _Eye):
         raise TypeError(f"{fname}(I): size unknown")
+    if extra is not None:
+        out = _apply_axis(fname, v, extra)
+        return float(out[0, 0]) if out.shape == (1, 1) else out
     ew = {
         "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "sin": np.sin,
         "cos": np.cos, "tanh": np.tanh,
@@ -1425,6 +1568,9 @@ def _apply(fname: str, v):
         "step": lambda x: np.where(x > 0, 1.0, 0.0),
         "abs": np.abs, "sign": np.sign,
         "softplus": lambda x: np.log1p(np.exp(x)),
+        "cosh": np.cosh, "sinh": np.sinh, "tan": np.tan, "arcsin": np.arcsin, "arccos": np.arccos,
+        "arctan": np.arctan, "log1p": np.log1p, "expm1": np.expm1, "erf": _h_erf, "gelu": _h_gelu,
+        "silu": lambda x: x / (1.0 + np.exp(-x)), "logsigmoid": lambda x: -np.log1p(np.exp(-x)),
     }
     if fname in ew:
         out = ew[fname](v)
@@ -1531,8 +1677,15 @@ class _Parser:
             if self.peek() == "(":
                 self.take("(")
                 arg = self.sum()
+                extra = None
+                if self.peek() == ",":  # an integer parameter: an axis or a power
+                    self.take(",")
+                    sign = -1 if self.peek() == "-" else 1
+                    if sign < 0:
+                        self.take("-")
+                    extra = sign * int(self.take()[1])
                 self.take(")")
-                return _apply(val, arg)
+                return _apply(val, arg, extra)
             if val in ("I", "eye"):
                 return _Eye()
             if val not in self.env:
