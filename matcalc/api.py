@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import difflib
-import sys
 from functools import cached_property
 
 from . import ir
@@ -17,10 +16,6 @@ from .printing import to_text as _to_text
 from .shapes import typecheck
 from .simplify import simplify, stabilize
 
-
-# expressions are at most parse.MAX_DEPTH deep; their derivatives and printers recurse a few
-# frames per level, which the default limit of 1000 does not always cover
-sys.setrecursionlimit(max(sys.getrecursionlimit(), 20000))
 
 
 MAX_TREE = 3000  # results larger than this, written out as a tree, are printed with names

@@ -43,6 +43,17 @@ class TextPrinter:
         self.memo: dict = {}
 
     def __call__(self, e: Expr) -> str:
+        # children first, so visiting a node never recurses deeply; a named node is not entered
+        stack = [(e, False)]
+        while stack:
+            node, done = stack.pop()
+            if node in self.memo:
+                continue
+            if done or node in self.names:
+                self.memo[node] = self.visit(node)
+                continue
+            stack.append((node, True))
+            stack.extend((a, False) for a in reversed(node.args) if a not in self.memo)
         return self.p(e)[0]
 
     def wrap(self, e: Expr, limit: int, strict: bool = False) -> str:
