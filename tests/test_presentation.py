@@ -113,6 +113,15 @@ def _katex():
     return (node, script, env) if probe.returncode == 0 else None
 
 
+NEW_OPERATORS = [
+    ("O:(softmax(Q@K.T, 1)@V)", "K"), ("-sum(Y*log(softmax(W@X, 0)))", "W"), ("tr(matrix_power(X, -2)@A)", "X"),
+    ("sum(gelu(W@x) + silu(W@x) + logsigmoid(W@x) + erf(W@x))", "W"), ("C:kron(A, B)", "A"),
+    ("C:kron(A, B)", "B"), ("vec(X):y", "X"), ("mean(X, 0)@u + mean(X)", "X"), ("sum(alpha + x)", "alpha"),
+    ("logsumexp(X, 1):v", "X"), ("sum(cosh(x) + sinh(x) + tan(x) + arcsin(x) + arccos(x) + arctan(x))", "x"),
+    ("sum(log1p(exp(x)) + expm1(x))", "x"), ("sum(X)/size(X, 0)", "X"),
+]
+
+
 def test_latex_of_every_corpus_case_renders():
     """Every result, every step and the whole derivation block render in KaTeX (strict)."""
     found = _katex()
@@ -126,6 +135,9 @@ def test_latex_of_every_corpus_case_renders():
         for d in matcalc.derive(case["expr"], wrt=[case["wrt"]], shapes=case["shapes"]).values():
             texts += [d.latex, d.short_latex, d.steps_latex, d._repr_latex_().strip("$")]
     texts.append(matcalc.derive(RELU, wrt="W0").steps_latex)
+    for expr, wrt in NEW_OPERATORS:  # every registry operator's LaTeX, in results and steps
+        d = matcalc.derive(expr, wrt=wrt)
+        texts += [d.latex, d.steps_latex]
     r = subprocess.run([node, str(script)], input=json.dumps(texts), capture_output=True, text=True,
                        env=env, timeout=120)
     assert r.returncode == 0, r.stderr
