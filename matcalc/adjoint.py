@@ -152,7 +152,7 @@ def pullback(dlam: Expr | None, dW: Expr | None, record: bool = True, names: dic
         if record and node in names and node not in expanded:
             shown = {k: v for k, v in names.items() if k not in expanded and k is not node}
             label = names[node]
-            label = "d" + label[2:] if label.startswith("d:") else label
+            label = str(label)
             expanded = expanded | {node}
             tex_label = to_latex(node, {node: names[node]})
             record_step(current, current, None, f"{label} = {to_text(node, shown)}",

@@ -9,7 +9,7 @@ from .adjoint import Step, pullback
 from .differential import differential
 from .errors import DeriveError, MatcalcError, ShapeError
 from .parse import parse
-from .naming import auto_names, definitions_in_order, shared_names, tree_size
+from .naming import DiffName, auto_names, definitions_in_order, shared_names, tree_size
 from .printing import dim_sources, tex_name
 from .printing import to_latex as _to_latex
 from .printing import to_text as _to_text
@@ -146,7 +146,7 @@ class Derivation:
         self._dims = dim_sources(typed.symbols)  # dimension -> (symbol, axis), for size(x, 0)
         taken = set(typed.symbols) | set(user_names.values())
         extra = auto_names([G], taken | set(names.values()), names)
-        self._names = {**names, **extra}  # user and automatic names, and d-names (d:z)
+        self._names = {**names, **extra}  # user and automatic names, and those of their differentials
         if tree_size(G) > MAX_TREE:  # written out it would be huge: name the shared parts
             shared = shared_names([G], taken | set(self._names.values()), self._names)
             self._user_names = {**user_names, **shared}
@@ -243,7 +243,7 @@ class Derivation:
         return {k: v for k, v in self._names.items() if k not in step.expanded}
 
     def _prim_names(self):
-        return {k: v for k, v in self._names.items() if not v.startswith("d:")}
+        return {k: v for k, v in self._names.items() if not isinstance(v, DiffName)}
 
     @cached_property
     def steps_latex(self) -> str:
@@ -423,7 +423,7 @@ def _derive_one(expr, typed, wrt) -> Derivation:
     for node, name in list(names.items()):
         dn = dmemo.get(node)
         if dn is not None and dn.op != "delta" and dn not in names:
-            names[dn] = "d:" + name
+            names[dn] = DiffName(name)
     dW = ir.delta(wrt, typed.symbols[wrt].shape)
     G, steps = pullback(dlam, dW, names=names)
     if dlam is not None:

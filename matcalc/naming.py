@@ -9,6 +9,18 @@ from . import ir
 from .ir import Expr
 from .ops import REGISTRY
 
+class DiffName(str):
+    """The printed name of a named quantity's differential: ``DiffName("z")`` prints as dz
+    (\\mathrm{d}z in LaTeX); ``.base`` is the quantity's own name."""
+
+    base: str
+
+    def __new__(cls, base: str):
+        obj = str.__new__(cls, "d" + base)
+        obj.base = base
+        return obj
+
+
 # the letter a value gets, by the function that made it
 LETTERS = {op.name: op.letter for op in REGISTRY.values() if op.letter}
 PRE_ACTIVATION = "z"

@@ -5,6 +5,7 @@ import re
 
 from . import ir
 from .ir import SCALAR, Expr
+from .naming import DiffName
 from .ops import REGISTRY
 
 # precedence: 1 add, 2 frob, 3 mul/div/matmul, 4 unary minus, 5 pow, 6 postfix, 7 atom
@@ -78,7 +79,7 @@ class TextPrinter:
     def visit(self, e: Expr):
         if e in self.names:
             name = self.names[e]
-            return ("d" + name[2:] if name.startswith("d:") else name), ATOM
+            return str(name), ATOM
         op = e.op
         if op == "sym":
             return e.attr, ATOM
@@ -206,8 +207,8 @@ class LatexPrinter(TextPrinter):
     def visit(self, e: Expr):
         if e in self.names:
             name = self.names[e]
-            if name.startswith("d:"):
-                return "\\mathrm{d}" + tex_name(name[2:]), ATOM
+            if isinstance(name, DiffName):
+                return "\\mathrm{d}" + tex_name(name.base), ATOM
             return tex_name(name), ATOM
         op = e.op
         if op == "sym":
