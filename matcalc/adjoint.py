@@ -17,6 +17,7 @@ from . import ir
 from .ir import SCALAR, Expr, const
 from .ops import REGISTRY
 from .simplify import simplify
+from .steplog import Step  # noqa: F401  (the step type, for callers of pullback)
 
 
 @dataclass(frozen=True)
@@ -57,22 +58,16 @@ IDENTITIES = {i.key: i for i in [
 
 
 @dataclass(frozen=True)
-class Step:
-    """One line of the derivation: ``dλ = before`` becomes ``dλ = after`` by ``identity``.
-    ``expanded`` holds the named nodes written out in full from this step on."""
+class Event:
+    """What the pullback did, for the step log: the running form ``state`` after it.
+    kind: 'start' (the form dλ starts from), 'rule' (an identity moved an operator into a coefficient), 'collect' (like
+    terms gathered), 'expand' (the named ``node`` is written out from here on),
+    'canonical' (dλ = G : dW read off)."""
 
-    before: Expr
-    after: Expr
-    identity: str
-    expanded: frozenset = frozenset()
-    identity_latex: str = ""
-    minor: bool = False
-
-    @property
-    def text(self) -> str:
-        from .printing import to_text
-
-        return f"{to_text(self.after)}    ({self.identity})"
+    kind: str
+    state: Expr
+    identity: Identity | None = None
+    node: Expr | None = None
 
 
 def _negative(e: Expr) -> bool:
@@ -101,29 +96,20 @@ def _state(cot: dict) -> Expr:
 def pullback(dlam: Expr | None, dW: Expr | None, record: bool = True, names: dict | None = None):
     """Returns (G, steps).  ``G`` has the shape of W.  ``names`` (node -> printed name) lets
     the log say when a named quantity such as dz is written out (dz = dW@x)."""
-    from .printing import to_text
+    from .steplog import build_steps
 
-    from .printing import to_latex
+    G, events = pullback_events(dlam, dW, record, names)
+    return G, (build_steps(events, names or {}) if record else [])
 
+
+def pullback_events(dlam: Expr | None, dW: Expr | None, record: bool = True, names: dict | None = None):
+    """Reverse mode on the DAG of dλ: returns (G, the events a step log is built from)."""
     names = names or {}
-    expanded: frozenset = frozenset()
-
-    def record_step(before, after, identity: Identity | None, text="", latex="", hidden=frozenset()):
-        if identity is not None:
-            text, latex = identity.text, identity.latex
-        minor = identity is not None and identity.minor
-        if minor and steps and steps[-1].minor:  # one line for a run of bookkeeping steps
-            prev = steps.pop()
-            if text not in prev.identity.split("; "):
-                text, latex = prev.identity + "; " + text, prev.identity_latex + ";\\ " + latex
-            else:
-                text, latex = prev.identity, prev.identity_latex
-            before = prev.before
-        steps.append(Step(before, after, text, hidden, latex, minor))
-    steps: list[Step] = []
+    events: list[Event] = []
+    expanded: set = set()
     if dlam is None or dW is None:
         shape = dW.shape if dW is not None else SCALAR
-        return const(0.0, shape), steps
+        return const(0.0, shape), events
     linear = set()
     order = []
     for n in ir.walk(dlam):
@@ -133,6 +119,16 @@ def pullback(dlam: Expr | None, dW: Expr | None, record: bool = True, names: dic
     order.reverse()  # parents before children
     cot: dict = {dlam: const(1.0)}
     current = _state(cot) if record else None
+    if record:
+        events.append(Event("start", current))
+
+    def report(kind, identity=None, node=None):
+        nonlocal current
+        after = _state(cot)
+        if after is not current or kind == "expand":
+            events.append(Event(kind, after, identity, node))
+            current = after
+
     for node in order:
         if node not in cot:
             continue
@@ -140,23 +136,15 @@ def pullback(dlam: Expr | None, dW: Expr | None, record: bool = True, names: dic
         c = simplify(raw)
         if record and c is not raw:
             cot[node] = c
-            after = _state(cot)
-            if after is not current:
-                record_step(current, after, IDENTITIES["collect"], hidden=expanded)
-                current = after
+            report("collect", IDENTITIES["collect"])
         if node is dW:
             break
         if c.op == "const" and c.attr == 0.0:
             del cot[node]
             continue
         if record and node in names and node not in expanded:
-            shown = {k: v for k, v in names.items() if k not in expanded and k is not node}
-            label = names[node]
-            label = str(label)
-            expanded = expanded | {node}
-            tex_label = to_latex(node, {node: names[node]})
-            record_step(current, current, None, f"{label} = {to_text(node, shown)}",
-                        f"{tex_label} = {to_latex(node, shown)}", expanded)
+            expanded.add(node)
+            report("expand", node=node)
         del cot[node]
         lin = tuple(a in linear for a in node.args)
         contributions, key = REGISTRY[node.op].transpose(node, c, lin)
@@ -176,15 +164,12 @@ def pullback(dlam: Expr | None, dW: Expr | None, record: bool = True, names: dic
             else:
                 cot[child] = contrib
         if record:
-            after = _state(cot)
-            if after is not current:
-                record_step(current, after, identity, hidden=expanded)
-                current = after
+            report("rule", identity)
     G = simplify(cot.get(dW, const(0.0, dW.shape)))
     if G.shape != dW.shape:  # a scalar coefficient of an array variable: broadcast it
         G = simplify(ir.mul(G, const(1.0, dW.shape)))
     if record:
         final = term(G, dW)
         if final is not current:
-            record_step(current, final, IDENTITIES["canonical"], hidden=expanded)
-    return G, steps
+            events.append(Event("canonical", final, IDENTITIES["canonical"]))
+    return G, events

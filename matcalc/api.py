@@ -5,7 +5,7 @@ import difflib
 from functools import cached_property
 
 from . import ir
-from .adjoint import Step, pullback
+from .adjoint import pullback
 from .differential import differential
 from .errors import DeriveError, MatcalcError, ShapeError
 from .parse import parse
@@ -15,6 +15,7 @@ from .printing import to_latex as _to_latex
 from .printing import to_text as _to_text
 from .shapes import typecheck
 from .simplify import simplify, stabilize
+from .steplog import Step
 
 
 

@@ -44,7 +44,15 @@ class TextPrinter:
         self.memo: dict = {}
 
     def __call__(self, e: Expr) -> str:
-        # children first, so visiting a node never recurses deeply; a named node is not entered
+        try:
+            return self.p(e)[0]
+        except RecursionError:  # a deep expression: fill the memo bottom-up, then print
+            self.fill(e)
+            return self.p(e)[0]
+
+    def fill(self, e: Expr):
+        """Visit every node children first (never entering a named node), so printing a
+        node never recurses deeper than one level."""
         stack = [(e, False)]
         while stack:
             node, done = stack.pop()
@@ -55,7 +63,6 @@ class TextPrinter:
                 continue
             stack.append((node, True))
             stack.extend((a, False) for a in reversed(node.args) if a not in self.memo)
-        return self.p(e)[0]
 
     def wrap(self, e: Expr, limit: int, strict: bool = False) -> str:
         s, prec = self.p(e)

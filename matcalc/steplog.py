@@ -1,0 +1,68 @@
+"""The step log: the pullback's events written as the lines of a derivation.
+
+Each line reads ``dλ = before`` → ``dλ = after`` with the identity it used.  A run of
+bookkeeping steps (A:B = B:A, linearity, scalars) becomes one line, as on paper; when a
+named quantity is written out, a line says so (dz = dW@x) and later lines print it in full.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .ir import Expr
+
+
+@dataclass(frozen=True)
+class Step:
+    """One line of the derivation: ``dλ = before`` becomes ``dλ = after`` by ``identity``.
+    ``expanded`` holds the named nodes written out in full from this step on."""
+
+    before: Expr
+    after: Expr
+    identity: str
+    expanded: frozenset = frozenset()
+    identity_latex: str = ""
+    minor: bool = False
+
+    @property
+    def text(self) -> str:
+        from .printing import to_text
+
+        return f"{to_text(self.after)}    ({self.identity})"
+
+
+def build_steps(events, names: dict) -> list:
+    """Steps from the pullback's events."""
+    from .printing import to_latex, to_text
+
+    steps: list[Step] = []
+    expanded: frozenset = frozenset()
+    current = None
+
+    def add(after, text, latex, minor, hidden):
+        nonlocal current
+        before = current
+        if minor and steps and steps[-1].minor:  # one line for a run of bookkeeping steps
+            prev = steps.pop()
+            if text not in prev.identity.split("; "):
+                text, latex = prev.identity + "; " + text, prev.identity_latex + ";\\ " + latex
+            else:
+                text, latex = prev.identity, prev.identity_latex
+            before = prev.before
+        steps.append(Step(before, after, text, hidden, latex, minor))
+        current = after
+
+    for ev in events:
+        if ev.kind == "start":
+            current = ev.state
+            continue
+        if ev.kind == "expand":
+            node = ev.node
+            shown = {k: v for k, v in names.items() if k not in expanded and k is not node}
+            expanded = expanded | {node}
+            label = str(names[node])
+            add(current, f"{label} = {to_text(node, shown)}",
+                f"{to_latex(node, {node: names[node]})} = {to_latex(node, shown)}", False, expanded)
+            continue
+        idn = ev.identity
+        add(ev.state, idn.text, idn.latex, idn.minor, expanded)
+    return steps
