@@ -71,7 +71,7 @@ class Event:
 
 
 def _negative(e: Expr) -> bool:
-    return e.op == "mul" and e.args[0].op == "const" and e.args[0].attr < 0
+    return e.op == "mul" and ir.negative_term(e)[0]
 
 
 def factors_of_sum(e: Expr):

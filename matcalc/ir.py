@@ -269,3 +269,64 @@ def walk(root: Expr):
 def symbols(root: Expr):
     """The symbols of an expression, in order of first appearance (left to right)."""
     return [n for n in walk(root) if n.op == "sym"]
+
+
+# ---------------------------------------------------------------- DAG helpers shared by the stages
+
+def outputs_root(outputs) -> Expr:
+    """One node over several outputs, so that one walk sees their shared nodes once."""
+    return Expr("outputs", tuple(outputs), None, SCALAR)
+
+
+def dag(outputs) -> list:
+    """Every node of the outputs, each once, arguments first."""
+    return walk(outputs_root(outputs))
+
+
+def rebuild(outputs, fn) -> list:
+    """The DAG with ``fn`` applied to every node, bottom-up, once per distinct node."""
+    memo: dict = {}
+    for root in outputs:
+        for node in walk(root):
+            if node not in memo:
+                args = tuple(memo[a] for a in node.args)
+                memo[node] = fn(node if args == node.args else Expr(node.op, args, node.attr, node.shape))
+    return [memo[o] for o in outputs]
+
+
+def use_counts(outputs) -> dict:
+    """node -> how many argument slots refer to it, over the given roots."""
+    uses: dict = {}
+    for root in outputs:
+        for n in walk(root):
+            for a in n.args:
+                uses[a] = uses.get(a, 0) + 1
+    return uses
+
+
+def split_coeff(e: Expr):
+    """term = c * core with c a number; core None for a pure constant."""
+    if e.op == "const":
+        return e.attr, None
+    if e.op == "mul" and e.args[0].op == "const" and e.args[0].shape == SCALAR:
+        rest = e.args[1:]
+        core = rest[0] if len(rest) == 1 else Expr("mul", rest, None, e.shape)
+        if core.shape != e.shape:  # keep the broadcast shape
+            return 1.0, e
+        return e.args[0].attr, core
+    return 1.0, e
+
+
+def negative_term(e: Expr):
+    """(True, its positive part) if the term reads with a leading minus, else (False, e)."""
+    if e.op == "const" and e.attr < 0:
+        return True, const(-e.attr, e.shape)
+    if e.op == "mul" and e.args[0].op == "const" and e.args[0].shape == SCALAR and e.args[0].attr < 0:
+        c = -e.args[0].attr
+        rest = e.args[1:] if c == 1.0 else (const(c),) + e.args[1:]
+        return True, rest[0] if len(rest) == 1 else Expr("mul", rest, None, e.shape)
+    if e.op == "frob":
+        negative, pos = negative_term(e.args[0])
+        if negative:
+            return True, Expr("frob", (pos, e.args[1]), None, e.shape)
+    return False, e

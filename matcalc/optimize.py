@@ -113,13 +113,7 @@ def _apply_scalars(e: Expr, scalars: list) -> Expr:
     return ir.mul(s, e)
 
 
-def _use_counts(outputs) -> dict:
-    uses: dict = {}
-    for root in outputs:
-        for n in ir.walk(root):
-            for a in n.args:
-                uses[a] = uses.get(a, 0) + 1
-    return uses
+_use_counts = ir.use_counts
 
 
 def optimize(outputs: list) -> list:
@@ -231,25 +225,7 @@ def _stable_form(e: Expr) -> Expr:
     return e
 
 
-def _root(outputs: list) -> Expr:
-    """One node over all outputs, so that a walk sees their shared nodes once."""
-    return Expr("outputs", tuple(outputs), None, SCALAR)
-
-
-def _dag(outputs: list):
-    """Every node of the outputs, each once, arguments first."""
-    return ir.walk(_root(outputs))
-
-
-def _rebuild(outputs: list, fn) -> list:
-    """The DAG with fn applied to every node, bottom-up, once per distinct node."""
-    memo: dict = {}
-    for root in outputs:
-        for node in ir.walk(root):
-            if node not in memo:
-                args = tuple(memo[a] for a in node.args)
-                memo[node] = fn(node if args == node.args else Expr(node.op, args, node.attr, node.shape))
-    return [memo[o] for o in outputs]
+_root, _dag, _rebuild = ir.outputs_root, ir.dag, ir.rebuild
 
 
 def _t(e: Expr) -> Expr:

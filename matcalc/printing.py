@@ -20,19 +20,7 @@ def fmt_number(v: float) -> str:
     return repr(v)
 
 
-def _neg_split(e: Expr):
-    """(True, positive part) if the term prints with a leading minus."""
-    if e.op == "const" and e.attr < 0:
-        return True, ir.const(-e.attr, e.shape)
-    if e.op == "mul" and e.args[0].op == "const" and e.args[0].shape == SCALAR and e.args[0].attr < 0:
-        c = -e.args[0].attr
-        rest = e.args[1:] if c == 1.0 else (ir.const(c),) + e.args[1:]
-        return True, rest[0] if len(rest) == 1 else Expr("mul", rest, None, e.shape)
-    if e.op == "frob":
-        negative, pos = _neg_split(e.args[0])
-        if negative:
-            return True, Expr("frob", (pos, e.args[1]), None, e.shape)
-    return False, e
+_neg_split = ir.negative_term
 
 
 class TextPrinter:

@@ -76,17 +76,7 @@ def is_zero(e: Expr) -> bool:
     return e.op == "const" and e.attr == 0.0
 
 
-def split_coeff(e: Expr):
-    """term = c * core with c a number; core None for a pure constant."""
-    if e.op == "const":
-        return e.attr, None
-    if e.op == "mul" and e.args[0].op == "const" and e.args[0].shape == SCALAR:
-        rest = e.args[1:]
-        core = rest[0] if len(rest) == 1 else Expr("mul", rest, None, e.shape)
-        if core.shape != e.shape:  # keep the broadcast shape
-            return 1.0, e
-        return e.args[0].attr, core
-    return 1.0, e
+split_coeff = ir.split_coeff
 
 
 def factors(e: Expr):
