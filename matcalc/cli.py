@@ -143,8 +143,12 @@ def json_object(d, report=None) -> dict:
     """What ``derive --json`` prints for one wrt (``matcalc serve``'s ``POST /api/derive``
     returns a list of these): ``d.to_dict`` plus the LaTeX of the derivation and its text lines.
     Non-finite numbers become null, as strict JSON (and a browser's JSON.parse) requires."""
+    from .printing import tex_name, to_latex
+
     obj = d.to_dict(report)
+    obj.setdefault("wrt_latex", tex_name(d.wrt))
     obj.setdefault("short_latex", d.short_latex)
+    obj.setdefault("definitions_latex", {tex_name(k): v for k, v in d._definitions(to_latex)})
     obj.setdefault("steps_latex", d.steps_latex)
     obj.setdefault("derivation", d.derivation_lines())
     check = obj.get("check")
