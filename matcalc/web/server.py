@@ -12,6 +12,7 @@ and ``column``); a question over a size limit 413, one stopped by the time or me
 a full queue 503. Nothing here calls out of the machine."""
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import sys
@@ -128,6 +129,7 @@ def create_app(workers: int = 2, timeout: float = 10.0, memory_limit: int | None
     are kept."""
     pool = WorkerPool(workers, timeout=timeout, memory_limit=memory_limit, queue_timeout=queue_timeout)
     cache = _Cache(cache_size)
+    inflight: dict = {}
 
     @asynccontextmanager
     async def lifespan(app):
@@ -150,17 +152,26 @@ def create_app(workers: int = 2, timeout: float = 10.0, memory_limit: int | None
             params["check"] = False
         key = (kind, json.dumps(params, sort_keys=True))
         hit = cache.get(key)
-        if hit is not None:
-            return Response(hit[1], hit[0], media_type="application/json")
+        if hit is None:
+            # the same question asked again while it is being derived waits for that answer
+            job = inflight.get(key)
+            if job is None:
+                job = inflight[key] = asyncio.ensure_future(answer(kind, params))
+                job.add_done_callback(lambda _: inflight.pop(key, None))
+            hit = await asyncio.shield(job)
+            if hit[0] in (200, 400):
+                cache.put(key, hit)
+        return Response(hit[1], hit[0], media_type="application/json")
+
+    async def answer(kind, params):
+        """(HTTP status, JSON body) for one checked question."""
         try:
             status, payload = await pool.run(kind, params)
         except LimitExceeded as e:
-            return _error(e.message, e.status)
+            return e.status, _error(e.message, e.status).body
         except WorkerFailed as e:
-            return _error(str(e), 500)
-        response = _json(payload, 200) if status == "ok" else _json(payload, 400)
-        cache.put(key, (response.status_code, response.body))
-        return response
+            return 500, _error(str(e), 500).body
+        return (200 if status == "ok" else 400), _json(payload).body
 
     async def derive_endpoint(request):
         return await ask(request, "derive")
