@@ -5,7 +5,7 @@
 Starts its own server on 127.0.0.1 (a free port) twice, with its answer cache (as
 ``matcalc serve`` runs) and without it (every request derived by a worker), sends a fixed
 number of ``POST /api/derive`` requests over the examples menu from concurrent clients, and
-reports errors, p50/p95/max latency and throughput, next to the time of the same derivations
+reports errors, p50/p95/max latency (client side, queueing included) and throughput, next to the time of the same derivations
 called in-process in the same run (the baseline). Stops by itself."""
 from __future__ import annotations
 

@@ -100,7 +100,8 @@ def _same_origin(request) -> bool:
 
 
 class _Cache:
-    """Answers (and refusals) to recent questions: a permalink opened twice is derived once."""
+    """Answers (and refusals) to recent questions: a permalink opened twice is derived once,
+    and a question asked again while it is being derived waits for that derivation."""
 
     def __init__(self, size: int):
         self.size = size
@@ -156,8 +157,10 @@ def create_app(workers: int = 2, timeout: float = 10.0, memory_limit: int | None
             # the same question asked again while it is being derived waits for that answer
             job = inflight.get(key)
             if job is None:
-                job = inflight[key] = asyncio.ensure_future(answer(kind, params))
-                job.add_done_callback(lambda _: inflight.pop(key, None))
+                job = asyncio.ensure_future(answer(kind, params))
+                if cache.size > 0:  # cache_size=0: every request is derived by a worker
+                    inflight[key] = job
+                    job.add_done_callback(lambda _: inflight.pop(key, None))
             hit = await asyncio.shield(job)
             if hit[0] in (200, 400):
                 cache.put(key, hit)
@@ -222,7 +225,8 @@ def run_server(host: str = "127.0.0.1", port: int = 8000, open_browser: bool = F
         print(f"matcalc: --port must be between 0 and 65535, got {port}", file=sys.stderr)
         return 2
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP named, so asyncio sets TCP_NODELAY on each connection (else 40 ms delayed-ACK stalls)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
