@@ -19,6 +19,12 @@ def _limit_memory(limit: int):
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    try:  # Ctrl-C in the terminal reaches the whole process group: the server stops its workers
+        import signal
+
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except (ImportError, ValueError, OSError):
+        pass
     # answers go to the original stdout; anything else printed goes to stderr
     out = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
