@@ -475,3 +475,15 @@ def test_browser_examples_menu(page, server):
     want = matcalc.derive("(X@W - Y):(X@W - Y)", wrt="W")
     _wait_for_gradient(page, "W", want.text)
     assert page.input_value("#expr") == "(X@W - Y):(X@W - Y)"
+
+
+def test_browser_wrt_can_be_typed_when_the_variables_are_not_listed(page, server):
+    # as with a syntax whose variables the server cannot list: /api/symbols answers none
+    page.route("**/api/symbols", lambda route: route.fulfill(
+        status=200, content_type="application/json", body='{"symbols": [], "definitions": []}'))
+    page.goto(server.url + "?expr=" + quote("G:(X@W)") + "&wrt=W")
+    _wait_for_gradient(page, "W", "X.T@G")
+    assert page.input_value("#wrt-text") == "W"
+    page.fill("#wrt-text", "X, W")
+    _wait_for_gradient(page, "X", "G@W.T")
+    assert page.locator(".card").count() == 2

@@ -16,7 +16,7 @@ class RunningServer:
 
     def __init__(self, *args, start_timeout=90.0):
         self.process = subprocess.Popen([sys.executable, "-m", "matcalc", "serve", "--port", "0", *args],
-                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
         lines = queue.Queue()
         self.output = []
 

@@ -45,9 +45,13 @@
     $("error-text").textContent = (data && data.error) || "refused";
     $("error").hidden = false;
     $("results").replaceChildren();
+    $("expr").setAttribute("aria-invalid", "true");
   }
 
-  function hideError() { $("error").hidden = true; }
+  function hideError() {
+    $("error").hidden = true;
+    $("expr").removeAttribute("aria-invalid");
+  }
 
   function schedule(delay) {
     clearTimeout(timer);
@@ -103,6 +107,11 @@
 
   function updateWrt(symbols) {
     state.symbols = symbols;
+    if (!symbols.length && $("wrt-text")) {  // keep the box the user is typing in
+      state.selected = $("wrt-text").value.split(/[\s,;]+/).filter(Boolean);
+      state.pendingWrt = null;
+      return;
+    }
     const names = symbols.map((s) => s.name);
     let wanted = state.pendingWrt || state.selected;
     state.pendingWrt = null;
@@ -114,11 +123,19 @@
     state.selected = sel;
     const box = $("wrt");
     box.replaceChildren();
-    if (!symbols.length) {
-      const span = document.createElement("span");
-      span.className = "muted";
-      span.textContent = "no variables found";
-      box.append(span);
+    if (!symbols.length) {  // not listed (another syntax, say): type the names
+      const input = document.createElement("input");
+      input.type = "text";
+      input.id = "wrt-text";
+      input.placeholder = "names, like W, c";
+      input.setAttribute("aria-label", "with respect to");
+      input.value = wanted.join(", ");
+      state.selected = wanted.slice();
+      input.addEventListener("input", () => {
+        state.selected = input.value.split(/[\s,;]+/).filter(Boolean);
+        schedule();
+      });
+      box.append(input);
     }
     for (const s of symbols) {
       const label = document.createElement("label");
@@ -203,6 +220,11 @@
         c.hidden = false;
       }
       tex(card.querySelector(".steps-math"), obj.steps_latex || "");
+      const first = (obj.steps || [])[0];
+      if (first && first.identity.startsWith("differential: ")) {
+        card.querySelector(".rules").textContent =
+          "rules of the differential used: " + first.identity.slice("differential: ".length);
+      }
       card.querySelector(".steps-text").textContent = (obj.derivation || []).join("\n");
       const sources = Object.keys(obj).filter((k) => k.endsWith("_source") && typeof obj[k] === "string");
       const tabs = card.querySelector(".tabs");
