@@ -138,6 +138,8 @@ def test_a_refusal_from_the_cli_has_the_same_message(client):
     ({"expr": "G:(X@W)", "wrt": "W", "shapes": [1, 2]}, "shapes must be"),
     ({"expr": "G:(X@W)", "wrt": "W", "shapes": {"W": [["a"]]}}, "the shape of W"),
     ({"expr": "G:(X@W)", "wrt": "W", "shapes": "W"}, "NAME=DIMS"),
+    ({"expr": "G:(X@W)", "wrt": "W", "definitions": "l"}, "NAME = EXPR"),
+    ({"expr": "G:(X@W)", "wrt": "W", "shapes": {"W": ["a", 1.5]}}, "the shape of W"),
     ({"expr": "G:(X@W)", "wrt": "W", "check": "yes"}, "check must be"),
     (["G:(X@W)"], "JSON object"),
 ])

@@ -151,7 +151,7 @@ class WorkerPool:
         except TimeoutError:
             status, error = "killed", LimitExceeded(
                 f"the derivation took longer than {self.timeout:g} s and was stopped; "
-                "a shorter expression or fewer definitions will do")
+                "try a shorter expression or fewer definitions")
         except (EOFError, OSError):
             status, error = "killed", WorkerFailed("the worker process running this question died")
         except BaseException:  # cancelled (the server is closing): the worker goes with it
@@ -168,7 +168,7 @@ class WorkerPool:
         if status == "memory":
             limit = f"{self.memory_limit / 2**30:g} GiB" if self.memory_limit else "the memory available"
             raise LimitExceeded(f"the derivation needed more than {limit} of memory and was stopped; "
-                                "a shorter expression or fewer definitions will do")
+                                "try a shorter expression, fewer definitions or smaller declared sizes")
         if status == "deep":
             raise LimitExceeded("the expression is nested too deeply for matcalc to process")
         if status == "internal":

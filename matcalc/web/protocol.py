@@ -75,6 +75,8 @@ def _shapes(value) -> dict:
     if len(items) > LIMITS["shapes"]:
         raise RequestError(f"{len(items)} shapes; the limit is {LIMITS['shapes']}", 413)
     for item in items:
+        if "=" not in item:
+            raise RequestError(f"a shape is written NAME=DIMS (like W=a,b or alpha=scalar), got {item!r}")
         if len(item) > 2 * LIMITS["name_chars"] + 1:
             raise _too_long(f"the shape {item[:20]!r}…", len(item), 2 * LIMITS["name_chars"] + 1)
     return parse_shapes(items)
@@ -86,7 +88,12 @@ def _definitions(value):
     if value is None or value == "" or value == {}:
         return None
     if isinstance(value, str):
-        out = parse_lets(_items(value))
+        items = _items(value)
+        for item in items:
+            name, sep, text = item.partition("=")
+            if not sep or not name.strip() or not text.strip():
+                raise RequestError(f"a definition is written NAME = EXPR (like l = W@x+c), got {item!r}")
+        out = parse_lets(items)
     elif isinstance(value, dict):
         out = {}
         for name, text in value.items():
@@ -160,7 +167,8 @@ def derive_params(payload, need_wrt: bool = True) -> dict:
                            'like "expr": "alpha*(exp(W@x+c)-W@x-c+m*m-1):1"')
     if len(expr) > LIMITS["expr_chars"]:
         raise _too_long("the expression", len(expr), LIMITS["expr_chars"])
-    check = payload.get("check", False)
+    check = payload.get("check")
+    check = False if check is None else check
     if not isinstance(check, bool):
         raise RequestError(f"check must be true or false, got {check!r}")
     return {"expr": expr, "wrt": _wrt(payload.get("wrt"), need_wrt), "shapes": _shapes(payload.get("shapes")),
