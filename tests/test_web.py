@@ -346,6 +346,23 @@ def test_the_server_stops_its_workers():
     assert not [p for p in pids if _alive(p)]
 
 
+def test_serve_open_opens_the_page_in_the_browser(tmp_path):
+    if os.name != "posix":
+        pytest.skip("uses a shell script as the browser")
+    opened = tmp_path / "opened.txt"
+    browser = tmp_path / "browser.sh"  # webbrowser runs $BROWSER with the URL as its argument
+    browser.write_text(f'#!/bin/sh\nprintf %s "$1" > "{opened}"\n')
+    browser.chmod(0o755)
+    s = RunningServer("--open", env={"BROWSER": str(browser)})
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline and not (opened.exists() and opened.read_text()):
+            time.sleep(0.1)
+        assert opened.read_text() == s.url
+    finally:
+        s.stop()
+
+
 def _children(pid):
     tasks = f"/proc/{pid}/task"
     if not os.path.exists(f"{tasks}/{pid}/children"):

@@ -14,9 +14,10 @@ ARTIFACTS = Path(os.environ.get("MATCALC_ARTIFACTS", ROOT / "artifacts")) / "web
 class RunningServer:
     """``python -m matcalc serve --port 0`` started, and its URL read from what it prints."""
 
-    def __init__(self, *args, start_timeout=90.0):
+    def __init__(self, *args, start_timeout=90.0, env=None):
         self.process = subprocess.Popen([sys.executable, "-m", "matcalc", "serve", "--port", "0", *args],
-                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+                                        env=None if env is None else dict(os.environ, **env))
         lines = queue.Queue()
         self.output = []
 
