@@ -239,6 +239,16 @@ def test_a_question_that_needs_too_much_memory_is_stopped():
         assert ok.status_code == 200
 
 
+def test_an_answer_over_the_size_limit_is_refused(client):
+    # a definition used three times by the next one: the NumPy source grows as 3**depth
+    defs = {"l0": "W@x"}
+    for i in range(1, 15):
+        defs[f"l{i}"] = f"exp(l{i - 1}) + sin(l{i - 1})*l{i - 1}"
+    r = client.post("/api/derive", json={"expr": "l14:1", "wrt": "x", "definitions": defs})
+    assert r.status_code == 422, r.text[:200]
+    assert "MiB of JSON" in r.json()["error"]
+
+
 def test_page_assets_are_all_served_from_here(client):
     page = client.get("/")
     assert page.status_code == 200

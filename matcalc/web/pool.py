@@ -17,6 +17,8 @@ import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+from .protocol import LIMITS
+
 #: Single-threaded BLAS in the workers: each question is small, and the workers run in parallel.
 _THREAD_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
@@ -169,6 +171,10 @@ class WorkerPool:
             limit = f"{self.memory_limit / 2**30:g} GiB" if self.memory_limit else "the memory available"
             raise LimitExceeded(f"the derivation needed more than {limit} of memory and was stopped; "
                                 "try a shorter expression, fewer definitions or smaller declared sizes")
+        if status == "large":
+            raise LimitExceeded(f"the answer is {payload / 2**20:.1f} MiB of JSON, over this server's limit "
+                                f"of {LIMITS['answer_bytes'] / 2**20:g} MiB; try a shorter expression or "
+                                "fewer definitions")
         if status == "deep":
             raise LimitExceeded("the expression is nested too deeply for matcalc to process")
         if status == "internal":

@@ -18,6 +18,7 @@ LIMITS = {
     "wrt": 20,
     "shapes": 100,
     "name_chars": 64,
+    "answer_bytes": 8 * 1024 * 1024,  # the JSON answer (a longer one is refused with 422)
 }
 
 KEYS = ("expr", "wrt", "shapes", "definitions", "syntax", "check")

@@ -31,7 +31,7 @@ def main(argv=None) -> int:
     if argv and int(argv[0]) > 0:
         _limit_memory(int(argv[0]))
     from ..errors import MatcalcError
-    from .protocol import answer, refusal
+    from .protocol import LIMITS, answer, refusal
 
     answer("derive", {"expr": "x:x", "wrt": ["x"], "shapes": {}, "definitions": None, "syntax": None,
                       "check": False})  # warm up: the first derivation imports the rest
@@ -56,6 +56,8 @@ def main(argv=None) -> int:
             text, retire = '["memory", null]', True
         except ValueError as e:
             text = json.dumps(["internal", f"unencodable answer ({e})"])
+        if len(text) > LIMITS["answer_bytes"]:  # characters, at least as many bytes
+            text = json.dumps(["large", len(text.encode("utf-8"))])
         out.write(text + "\n")
         out.flush()
         if retire:

@@ -6,8 +6,13 @@
   const CODE_LABELS = { numpy_source: "NumPy", torch_source: "torch", jax_source: "JAX" };
   let timer = null;
 
+  const TYPESET_CHARS = 60000;  // longer LaTeX would keep the page busy for seconds: show text
+
   function tex(el, src) {
-    if (window.katex) {
+    if (src.length > TYPESET_CHARS) {
+      el.textContent = `(${src.length} characters of LaTeX: too long to typeset here; see the text form)`;
+      el.classList.add("muted");
+    } else if (window.katex) {
       window.katex.render(src, el, { displayMode: true, throwOnError: false, strict: "ignore" });
     } else {
       el.textContent = src;
