@@ -341,14 +341,16 @@ def test_load_50_concurrent_clients_no_errors(server):
 
 
 def test_the_server_stops_its_workers():
-    s = RunningServer("--workers", "2")
     import urllib.request
 
-    with urllib.request.urlopen(s.url + "api/info", timeout=30) as r:
-        assert json.load(r)["examples"]
-    pids = _children(s.process.pid)
-    assert len(pids) >= 2
-    s.stop()
+    s = RunningServer("--workers", "2")
+    try:
+        with urllib.request.urlopen(s.url + "api/info", timeout=30) as r:
+            assert json.load(r)["examples"]
+        pids = _children(s.process.pid)
+        assert len(pids) >= 2
+    finally:
+        s.stop()
     assert s.process.returncode is not None
     deadline = time.time() + 10
     while time.time() < deadline and any(os.path.exists(f"/proc/{p}") for p in pids):
