@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 
@@ -42,6 +43,17 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--code", action="store_true", help="print the NumPy source of the gradient")
     d.add_argument("--check", action="store_true", help="check against finite differences (exit 1 if it fails)")
     d.add_argument("--json", action="store_true", help="print one JSON object per --wrt")
+    s = sub.add_parser("serve", help="a local web page: type an expression, read the derivation",
+                       description="Serve matcalc's page on this machine (needs the web extra: "
+                       "pip install 'matcalc-diff[web]'). Nothing is sent anywhere else.",
+                       epilog="example: matcalc serve --open")
+    s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, this machine only)")
+    s.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    s.add_argument("--open", action="store_true", help="open the page in the default browser")
+    s.add_argument("--workers", type=int, default=2, metavar="N",
+                   help="worker processes that run derivations (default 2)")
+    s.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="stop a derivation after this long (default 10)")
     return p
 
 
@@ -73,6 +85,10 @@ def parse_lets(items) -> dict:
 
 def run(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "serve":  # the web framework is imported only here
+        from .web import serve
+
+        return serve(args)
     if args.command != "derive":
         build_parser().print_help(sys.stderr)
         return EXIT_REFUSED
@@ -93,7 +109,7 @@ def run(argv=None) -> int:
         if report is not None and not report.ok:
             status = EXIT_CHECK_FAILED
         if args.json:
-            out.append(json.dumps(d.to_dict(report), ensure_ascii=False))
+            out.append(json.dumps(json_object(d, report), ensure_ascii=False))
             continue
         if len(results) > 1:
             out.append(f"── {w} ──")
@@ -121,6 +137,25 @@ def run(argv=None) -> int:
     if status == EXIT_CHECK_FAILED and not args.json:
         print("matcalc: the numerical check failed", file=sys.stderr)
     return status
+
+
+def json_object(d, report=None) -> dict:
+    """What ``derive --json`` prints for one wrt (``matcalc serve``'s ``POST /api/derive``
+    returns a list of these): ``d.to_dict`` plus the LaTeX of the derivation and its text lines.
+    Non-finite numbers become null, as strict JSON (and a browser's JSON.parse) requires."""
+    from .printing import tex_name, to_latex
+
+    obj = d.to_dict(report)
+    obj.setdefault("wrt_latex", tex_name(d.wrt))
+    obj.setdefault("short_latex", d.short_latex)
+    obj.setdefault("definitions_latex", {tex_name(k): v for k, v in d._definitions(to_latex)})
+    obj.setdefault("steps_latex", d.steps_latex)
+    obj.setdefault("derivation", d.derivation_lines())
+    check = obj.get("check")
+    if isinstance(check, dict):
+        obj["check"] = {k: None if isinstance(v, float) and not math.isfinite(v) else v
+                        for k, v in check.items()}
+    return obj
 
 
 def main(argv=None) -> None:
