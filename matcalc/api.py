@@ -159,6 +159,13 @@ class Derivation:
     def _latex(self, e, names=None):
         return _to_latex(e, names, self._dims)
 
+    @cached_property
+    def lam_text_short(self) -> str:
+        """λ for a docstring: with the names of definitions, and at most 200 characters (the
+        tree of a chain of definitions written out grows exponentially)."""
+        t = self._text(self.lam, self._prim_names())
+        return t if len(t) <= 200 else t[:150] + " … " + t[-40:]
+
     # ---- the answer
     @cached_property
     def text(self) -> str:
@@ -283,7 +290,7 @@ class Derivation:
         from .codegen import function_source, sanitize
 
         fname = "grad_" + sanitize([self.wrt])[self.wrt].strip("_")
-        doc = f"∂λ/∂{self.wrt} for λ = {self._text(self.lam)}; shape {self.shape_text}."
+        doc = f"∂λ/∂{self.wrt} for λ = {self.lam_text_short}; shape {self.shape_text}."
         return function_source(fname, [self.gradient], self._params, self.symbols, doc) + (fname,)
 
     @cached_property
@@ -454,7 +461,7 @@ class ValueAndGrad:
             grads = ", ".join(f"{n!r}: {r}" for n, r in zip(names, results[1:]))
             return f"{results[0]}, {{{grads}}}"
 
-        doc = f"λ and its gradients wrt {', '.join(names)}, for λ = {_to_text(self.lam, None, first._dims)}."
+        doc = f"λ and its gradients wrt {', '.join(names)}, for λ = {first.lam_text_short}."
         src, params = function_source("value_and_grad", outputs, list(self.user_shapes), self.symbols,
                                       doc, returns=returns)
         self.numpy_source = module_source([src])
