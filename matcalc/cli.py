@@ -40,6 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--steps", action="store_true", help="print the derivation step by step")
     d.add_argument("--latex", action="store_true", help="print the gradient in LaTeX")
     d.add_argument("--code", action="store_true", help="print the NumPy source of the gradient")
+    d.add_argument("--backend", default="numpy", metavar="numpy|torch|jax",
+                   help="the framework of --code (default numpy; torch and jax use only their own ops)")
     d.add_argument("--check", action="store_true", help="check against finite differences (exit 1 if it fails)")
     d.add_argument("--json", action="store_true", help="print one JSON object per --wrt")
     return p
@@ -77,9 +79,17 @@ def run(argv=None) -> int:
         build_parser().print_help(sys.stderr)
         return EXIT_REFUSED
     from .api import derive, shape_str
+    from .errors import DeriveError as DeriveError_
     from .errors import MatcalcError
 
     try:
+        if args.backend != "numpy":
+            from .backends import check_backend
+
+            check_backend(args.backend)
+            if not (args.code or args.json):
+                raise DeriveError_("--backend chooses the framework of --code (or of --json's "
+                                   "source); add --code")
         shapes = parse_shapes(args.shape)
         results = derive(args.expr, wrt=list(args.wrt), shapes=shapes,
                          definitions=parse_lets(args.let) or None)
@@ -93,7 +103,10 @@ def run(argv=None) -> int:
         if report is not None and not report.ok:
             status = EXIT_CHECK_FAILED
         if args.json:
-            out.append(json.dumps(d.to_dict(report), ensure_ascii=False))
+            obj = d.to_dict(report)
+            if args.backend != "numpy":
+                obj[f"{args.backend}_source"] = d.source(args.backend)
+            out.append(json.dumps(obj, ensure_ascii=False))
             continue
         if len(results) > 1:
             out.append(f"── {w} ──")
@@ -114,7 +127,7 @@ def run(argv=None) -> int:
             if args.steps:
                 out.append(d.steps_latex)
         if args.code:
-            out.append(d.numpy_source.rstrip())
+            out.append(d.source(args.backend).rstrip())
         if report is not None:
             out.append(str(report))
     print("\n".join(out))

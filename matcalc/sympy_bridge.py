@@ -17,6 +17,8 @@ from __future__ import annotations
 import sympy as sp
 from sympy.matrices.expressions.applyfunc import ElementwiseApplyFunction
 
+import re
+
 from . import ir
 from .errors import DeriveError
 from .ir import SCALAR
@@ -217,6 +219,26 @@ _FUNC_NAMES = {sp.exp: "exp", sp.log: "log", sp.sin: "sin", sp.cos: "cos", sp.ta
                sp.Abs: "abs", sp.sign: "sign", sp.Heaviside: "step"}
 
 
+def _atomic(t: str) -> bool:
+    """t is a name, a number, a call f(...) or a parenthesised group: no parentheses needed."""
+    if re.fullmatch(r"[\w.]+", t):
+        return True
+    m = re.match(r"[\w]*\(", t)
+    if not m or not t.endswith(")"):
+        return t.endswith(".T") and _atomic(t[:-2])
+    depth = 0
+    for i, ch in enumerate(t[m.end() - 1:], m.end() - 1):
+        depth += ch == "("
+        depth -= ch == ")"
+        if depth == 0 and i != len(t) - 1:
+            return False
+    return True
+
+
+def _wrap(t: str) -> str:
+    return t if _atomic(t) else f"({t})"
+
+
 class _FromSympy:
     def __init__(self):
         self.shapes: dict = {}   # name -> matcalc shape
@@ -251,9 +273,9 @@ class _FromSympy:
             return e.name
         if e.is_Integer or e.is_Float:
             v = float(e)
-            return repr(v) if v >= 0 else f"({v!r})"
+            return (str(int(v)) if e.is_Integer else repr(v)) if v >= 0 else f"({v!r})"
         if e.is_Rational:
-            return f"({e.p}/{e.q})"
+            return f"{e.p}/{e.q}" if e.p > 0 else f"(-{-e.p}/{e.q})"
         if e in (sp.E,):
             return "exp(1.0)"
         if isinstance(e, sp.Identity):
@@ -265,18 +287,25 @@ class _FromSympy:
         if isinstance(e, (sp.MatMul, sp.Mul)):
             scal = [a for a in e.args if not getattr(a, "is_Matrix", False)]
             mats = [a for a in e.args if getattr(a, "is_Matrix", False)]
+            if scal and scal[0] == -1 and (len(scal) > 1 or mats):
+                return "-" + _wrap(self.text(sp.Mul(*scal[1:]) if not mats else
+                                             sp.MatMul(*scal[1:], *mats)))
             parts = [self.text(a) for a in scal]
             if len(parts) > 1 or (parts and mats):
-                parts = [f"({p})" for p in parts]
+                parts = [_wrap(p) for p in parts]
             out = "*".join(parts)
             if mats:
-                chain = "@".join(f"({self.text(a)})" for a in mats)
-                out = f"{out}*({chain})" if out else chain
+                chain = "@".join(_wrap(self.text(a)) for a in mats)
+                out = f"{out}*({chain})" if out and len(mats) > 1 else f"{out}*{chain}" if out else chain
             return out
         if isinstance(e, (sp.MatAdd, sp.Add)):
-            return "(" + " + ".join(f"({self.text(a)})" for a in e.args) + ")"
+            terms = [self.text(a) for a in e.args]
+            out = terms[0]
+            for t in terms[1:]:
+                out += f" - {t[1:]}" if t.startswith("-") and _atomic(t[1:]) else f" + {t}"
+            return out
         if isinstance(e, sp.Transpose):
-            return f"({self.text(e.arg)}).T"
+            return f"{_wrap(self.text(e.arg))}.T"
         if isinstance(e, sp.Inverse):
             return f"inv({self.text(e.arg)})"
         if isinstance(e, sp.MatPow):
@@ -284,19 +313,19 @@ class _FromSympy:
             if k == -1:
                 return f"inv({self.text(base)})"
             if k.is_Integer and k > 0:
-                return "@".join([f"({self.text(base)})"] * int(k))
+                return "@".join([_wrap(self.text(base))] * int(k))
             if k.is_Integer and k < 0:
-                return "inv(" + "@".join([f"({self.text(base)})"] * int(-k)) + ")"
+                return "inv(" + "@".join([_wrap(self.text(base))] * int(-k)) + ")"
             self.unknown(e)
         if isinstance(e, sp.Determinant):
             return f"det({self.text(e.arg)})"
         if isinstance(e, sp.Trace):
             return f"tr({self.text(e.arg)})"
         if isinstance(e, sp.HadamardProduct):
-            return "(" + "*".join(f"({self.text(a)})" for a in e.args) + ")"
+            return "*".join(_wrap(self.text(a)) for a in e.args)
         if isinstance(e, HadamardPower):
             base, k = e.args
-            return f"(({self.text(base)})**({self.text(k)}))"
+            return f"{_wrap(self.text(base))}**{_wrap(self.text(k))}"
         if isinstance(e, ElementwiseApplyFunction):
             fn = e.function
             var = fn.variables[0] if isinstance(fn, sp.Lambda) else None
@@ -310,7 +339,7 @@ class _FromSympy:
             base, k = e.args
             if k == sp.Rational(1, 2):
                 return f"sqrt({self.text(base)})"
-            return f"(({self.text(base)})**({self.text(k)}))"
+            return f"{_wrap(self.text(base))}**{_wrap(self.text(k))}"
         if isinstance(e, sp.log) and isinstance(e.args[0], sp.Determinant):
             return f"logdet({self.text(e.args[0].arg)})"
         if (isinstance(e, sp.log) and isinstance(e.args[0], sp.Abs)
@@ -320,7 +349,9 @@ class _FromSympy:
             name = self._elementwise_name(e, None)
             if name is not None:
                 return f"{name}({self.text(e.args[0])})"
-        if isinstance(e, sp.MatrixElement) and e.parent.shape == (1, 1):
+        from sympy.matrices.expressions.matexpr import MatrixElement
+
+        if isinstance(e, MatrixElement) and e.parent.shape == (1, 1):
             return f"sum({self.text(e.parent)})"
         self.unknown(e)
 
