@@ -39,7 +39,7 @@ TORCH_TEMPLATES = {
     "inv": "torch.linalg.inv({})", "diag": "torch.diagonal({})", "Diag": "torch.diag({})",
     "norm2": "torch.linalg.vector_norm({})", "sum": "torch.sum({})",
     "logsumexp": "torch.logsumexp({}.reshape(-1), 0)",
-    "softmax": "torch.softmax({0}.reshape(-1), 0).reshape({0}.shape)",
+    "softmax": "torch.softmax({}, 0)",  # of a vector; of a matrix: over all entries, below
 }
 
 JAX_TEMPLATES = {
@@ -52,7 +52,7 @@ JAX_TEMPLATES = {
     "inv": "jnp.linalg.inv({})", "diag": "jnp.diagonal({})", "Diag": "jnp.diag({})",
     "norm2": "jnp.linalg.norm({})", "sum": "jnp.sum({})",
     "logsumexp": "jax.scipy.special.logsumexp({})",
-    "softmax": "jax.nn.softmax({0}.reshape(-1)).reshape(jnp.shape({0}))",
+    "softmax": "jax.nn.softmax({})",
 }
 
 TEMPLATES = {"torch": TORCH_TEMPLATES, "jax": JAX_TEMPLATES}
@@ -126,7 +126,7 @@ def _lu_det(lu):
 }
 
 IN_PLACE_TORCH = ("exp", "log", "sqrt", "sin", "cos", "tanh", "expm1", "log1p", "sigmoid")
-FORBIDDEN = re.compile(r"\bnp\.|\bnumpy\b|\.item\(|\.cpu\(|\.numpy\(|\.tolist\(|\bfloat\(|\bmath\.")
+FORBIDDEN = re.compile(r"\bnp\.|(?<!jax\.)\bnumpy\b|\.item\(|\.cpu\(|\.numpy\(|\.tolist\(|\bfloat\(|\bmath\.")
 
 
 def check_backend(backend: str) -> str:
@@ -169,8 +169,8 @@ class FrameworkEmitter(codegen.Emitter):
 
     # ---- new arrays, on the arguments' device and of their dtype
     def _like(self) -> str:
-        if self.ref is None:
-            return ""
+        if self.ref is None:  # only scalar arguments: Python floats are doubles
+            return ", dtype=torch.float64" if self.backend == "torch" else ""
         if self.backend == "torch":
             return f", dtype={self.ref}.dtype, device={self.ref}.device"
         return f", dtype={self.ref}.dtype"
@@ -294,6 +294,12 @@ class FrameworkEmitter(codegen.Emitter):
         if op in ("logsumexp", "softmax") and n.args[0].shape == SCALAR:
             # of one number: the number itself, and 1
             return a[0] if op == "logsumexp" else f"({a[0]} * 0.0 + 1.0)"
+        if op == "softmax" and len(np_shape(n.shape)) == 2:  # over all entries of a matrix
+            name = self.new_temp()
+            self.lines.append(f"{name} = {a[0]}")
+            flat = f"{name}.reshape(-1)"
+            return (f"torch.softmax({flat}, 0).reshape({name}.shape)" if be == "torch"
+                    else f"jax.nn.softmax({flat}).reshape({name}.shape)")
         if (be == "torch" and op in IN_PLACE_TORCH
                 and self.fresh_matrix(n.args[0], a[0])):
             name = self.new_temp()  # a new matrix nothing else reads: overwrite it
@@ -331,8 +337,12 @@ def function_source(backend: str, fname: str, outputs: list, param_names: list, 
         for name in param_names:
             if syms[name].shape == SCALAR:
                 p = params[name]
-                head.append(f"    {p} = torch.as_tensor({p}{like})")
+                if ref:
+                    head.append(f"    {p} = torch.as_tensor({p}{like})")
+                else:  # only scalars: a Python float is a double
+                    head.append(f"    {p} = {p} if torch.is_tensor({p}) else torch.tensor({p}, dtype=torch.float64)")
     body = ["    " + line for line in em.lines]
+    results = [_as_array(backend, r, ref) for r in results]
     ret = results[0] if len(results) == 1 else "(" + ", ".join(results) + ")"
     if returns is not None:
         ret = returns(results)
@@ -343,6 +353,18 @@ def function_source(backend: str, fname: str, outputs: list, param_names: list, 
             head.append(f"    {dname} = {pname}.shape[{axis}]")
     helpers = "".join(HELPERS[backend][h] + "\n\n" for h in sorted(em.helpers))
     return helpers + "\n".join(head + body) + "\n", params
+
+
+def _as_array(backend: str, code: str, ref) -> str:
+    """A result that is a number (a constant gradient) as a 0-d array of the framework."""
+    try:
+        float(code.strip("()"))
+    except ValueError:
+        return code
+    if backend == "torch":
+        like = f"dtype={ref}.dtype, device={ref}.device" if ref else "dtype=torch.float64"
+        return f"torch.as_tensor({code}, {like})"
+    return f"jnp.asarray({code})"
 
 
 def module_source(backend: str, functions: list) -> str:
@@ -368,7 +390,9 @@ def compile_function(backend: str, source: str, fname: str):
 
 def host_calls(source: str) -> list:
     """Lines of emitted torch/jax source that would call NumPy or copy to the host."""
-    return [line for line in source.splitlines() if FORBIDDEN.search(line)]
+    code = [line for line in source.splitlines()
+            if not line.strip().startswith(('"""', "'", "#"))]  # docstrings quote the user's text
+    return [line for line in code if FORBIDDEN.search(line)]
 
 
 class BackendFunction:
