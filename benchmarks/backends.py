@@ -52,6 +52,9 @@ def worker(fw, sizes, workloads, args):
     else:
         import torch
 
+        if args.threads:
+            torch.set_num_threads(args.threads)
+
         def pair(w, d, inp):
             t = {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in inp.items()}
             tg = dict(t)
@@ -102,6 +105,7 @@ def main(argv=None):
     ap.add_argument("--budget", type=float, default=1.0, help="seconds of timed calls per workload and size")
     ap.add_argument("--quick", action="store_true", help="tiny sizes, 2 repeats")
     ap.add_argument("--out", default=None, help="also write the Markdown table here")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's own choice)")
     ap.add_argument("--worker", choices=("torch", "jax"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     sizes = ["tiny"] if args.quick else args.sizes.split(",")
@@ -115,7 +119,8 @@ def main(argv=None):
             continue
         log(f"[{fw}] timing in a subprocess ...")
         cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", fw, "--sizes", ",".join(sizes),
-               "--workloads", ",".join(w.name for w in workloads), "--budget", str(args.budget)]
+               "--workloads", ",".join(w.name for w in workloads), "--budget", str(args.budget),
+               "--threads", str(args.threads)]
         p = subprocess.run(cmd + (["--quick"] if args.quick else []), capture_output=True, text=True)
         try:
             results[fw] = json.loads(p.stdout.strip().splitlines()[-1])
@@ -123,7 +128,8 @@ def main(argv=None):
             failures.append(f"{fw} worker failed (exit {p.returncode}): "
                             + " | ".join(p.stderr.strip().splitlines()[-3:]))
     lines = [f"# matcalc torch / jax backends against the frameworks' autodiff", "",
-             f"Machine: {machine()}; {versions()}. float64; median of interleaved calls.", "",
+             f"Machine: {machine()}; {versions()}. float64; median of interleaved calls"
+             + (f"; torch threads {args.threads}" if args.threads else "") + ".", "",
              "ratio = matcalc backend / framework autodiff (below 1: matcalc is faster); "
              "torch: `d.callable('torch')` vs `torch.autograd.grad`; jax: `jax.jit(d.callable('jax'))` "
              "vs `jax.jit(jax.grad(f))`.", "",

@@ -38,6 +38,10 @@ def _frameworks():
 
 
 INSTALLED = _frameworks()
+if "jax" in INSTALLED:  # the jax tests run in float64, as NumPy does
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
 
 
 def to_framework(backend, inputs):
@@ -104,6 +108,16 @@ def test_shared_factorisation_and_stable_forms_in_the_source():
     assert "torch.softmax(" in lse.source("torch") and "jax.nn.softmax(" in lse.source("jax")
     lse = matcalc.derive("logsumexp(W@x) + norm2(x)", wrt="W")
     assert "torch.logsumexp(" in matcalc.derive("exp(logsumexp(X))", wrt="X").source("torch")
+
+
+def test_every_numpy_template_has_a_torch_and_a_jax_template():
+    from matcalc import codegen
+    from matcalc.backends import JAX_TEMPLATES, TORCH_TEMPLATES
+
+    assert set(codegen.TEMPLATES) <= set(TORCH_TEMPLATES)
+    assert set(codegen.TEMPLATES) <= set(JAX_TEMPLATES)
+    for tpl in list(TORCH_TEMPLATES.values()) + list(JAX_TEMPLATES.values()):
+        assert host_calls("    y = " + tpl.format("x")) == []
 
 
 def test_numpy_backend_is_the_numpy_source():
@@ -193,6 +207,19 @@ def test_extra_forms_agree_with_numpy_and_run_under_jit(backend, expr, wrt, shap
         f = jax.jit(f)
     got = to_numpy(backend, f(**to_framework(backend, inputs)))
     assert rel_err(got, want) < 1e-9, d.source(backend)
+
+
+@pytest.mark.parametrize("backend", _backend_params())
+def test_numpy_arrays_are_accepted(backend):
+    d = matcalc.derive("alpha*sum(exp(W@x))", wrt="W")
+    rng = np.random.default_rng(4)
+    inputs = dict(W=rng.standard_normal((3, 4)), x=rng.standard_normal(4), alpha=np.float64(0.5))
+    got = to_numpy(backend, d.callable(backend)(**inputs))
+    assert rel_err(got, 0.5 * np.outer(np.exp(inputs["W"] @ inputs["x"]), inputs["x"])) < 1e-12
+    with pytest.raises(TypeError, match="missing.*alpha"):
+        d.callable(backend)(W=inputs["W"], x=inputs["x"])
+    with pytest.raises(TypeError, match="unexpected.*beta"):
+        d.callable(backend)(**inputs, beta=1.0)
 
 
 @pytest.mark.parametrize("backend", _backend_params())

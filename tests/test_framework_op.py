@@ -5,6 +5,13 @@ import pytest
 
 import matcalc
 
+try:  # the jax tests run in float64, as NumPy does
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+except ImportError:
+    pass
+
 RNG = np.random.default_rng(7)
 # (expr, shapes, plain forward in the array module xp, inputs) with a different size per dimension
 n, d, m = 3, 4, 5
