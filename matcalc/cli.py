@@ -43,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--backend", default="numpy", metavar="numpy|torch|jax",
                    help="the framework of --code (default numpy; torch and jax use only their own ops)")
     d.add_argument("--check", action="store_true", help="check against finite differences (exit 1 if it fails)")
+    d.add_argument("--exact", action="store_true",
+                   help="verify the gradient entry by entry with SymPy at small sizes (exit 1 if it fails)")
     d.add_argument("--json", action="store_true", help="print one JSON object per --wrt")
     return p
 
@@ -102,8 +104,13 @@ def run(argv=None) -> int:
         report = d.check() if args.check else None
         if report is not None and not report.ok:
             status = EXIT_CHECK_FAILED
+        exact = d.check(exact=True) if args.exact else None
+        if exact is not None and not exact.ok:
+            status = EXIT_CHECK_FAILED
         if args.json:
             obj = d.to_dict(report)
+            if exact is not None:
+                obj["exact_check"] = exact.to_dict()
             if args.backend != "numpy":
                 obj[f"{args.backend}_source"] = d.source(args.backend)
             out.append(json.dumps(obj, ensure_ascii=False))
@@ -130,9 +137,12 @@ def run(argv=None) -> int:
             out.append(d.source(args.backend).rstrip())
         if report is not None:
             out.append(str(report))
+        if exact is not None:
+            out.append(str(exact))
     print("\n".join(out))
     if status == EXIT_CHECK_FAILED and not args.json:
-        print("matcalc: the numerical check failed", file=sys.stderr)
+        print("matcalc: the " + ("check" if args.check and args.exact else "exact check" if args.exact
+                                 else "numerical check") + " failed", file=sys.stderr)
     return status
 
 

@@ -149,3 +149,10 @@ def test_importing_matcalc_and_the_cli_imports_no_sympy_torch_or_jax():
     assert out.returncode == 0
     imported = {line.split("|")[-1].strip().split(".")[0] for line in out.stderr.splitlines() if "|" in line}
     assert not imported & {"sympy", "torch", "jax"}
+
+
+def test_cli_exact_check():
+    out = subprocess.run([sys.executable, "-m", "matcalc", "derive", "tr(A@X.T@B@X@A)", "--wrt", "X", "--exact"],
+                         capture_output=True, text=True, env={**os.environ, "PYTHONIOENCODING": "utf-8"})
+    assert out.returncode == 0, out.stderr
+    assert "exact check ok: 12 entries" in out.stdout  # X is 3×4 or 4×3: twelve entries
