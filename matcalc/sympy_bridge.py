@@ -435,8 +435,9 @@ def _rational_draw(shape, domain, rng):
     return sp.Matrix(r, c, lambda i, j: q(-2, 2))
 
 
-def _zero(diff, points) -> tuple:
-    """(is zero?, how decided) for an expression of the entry symbols."""
+def _zero(want, got, points) -> tuple:
+    """(want == got?, how decided) for two expressions of the entry symbols."""
+    diff = want - got
     if diff == 0:
         return True, "symbolic"
     try:
@@ -448,13 +449,15 @@ def _zero(diff, points) -> tuple:
         pass
     for subs in points:
         v = diff.xreplace(subs)
-        v = sp.nsimplify(v) if v.is_Rational else v
-        if v.is_Rational or v.is_number and v.is_rational:
+        if v.is_Rational:  # a rational function at a rational point: decided exactly
             if v != 0:
-                return False, "exact"
+                return False, "exact rational point"
             continue
+        # transcendental values at a rational point: 60 significant digits, relative to the
+        # size of the two sides
         value = sp.N(v, 60)
-        if not value.is_number or abs(complex(value)) > sp.Float("1e-40"):
+        scale = max(1.0, abs(complex(sp.N(want.xreplace(subs), 30))))
+        if not value.is_number or abs(complex(value)) > 1e-40 * scale:
             return False, "rational point"
     return True, "rational points"
 
@@ -513,7 +516,7 @@ def exact_check(d, seed: int = 0, sizes: dict | None = None, domain: dict | None
         for j in range(Wm.shape[1]):
             want = sp.diff(lam, Wm[i, j])
             got = Gm[i, j]
-            ok, method = _zero(want - got, points)
+            ok, method = _zero(want, got, points)
             checked += 1
             how[method] = how.get(method, 0) + 1
             if not ok:

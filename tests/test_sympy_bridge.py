@@ -156,3 +156,13 @@ def test_cli_exact_check():
                          capture_output=True, text=True, env={**os.environ, "PYTHONIOENCODING": "utf-8"})
     assert out.returncode == 0, out.stderr
     assert "exact check ok: 12 entries" in out.stdout  # X is 3×4 or 4×3: twelve entries
+
+
+def test_exact_check_sees_a_tiny_error_in_a_transcendental_entry():
+    from matcalc import ir
+
+    d = matcalc.derive("sum(exp(W@x)*sin(W@x))", wrt="W")
+    assert d.check(exact=True).ok
+    d.gradient = ir.mul(ir.const(1.0 + 1e-12), d.gradient)  # finite differences cannot see this
+    report = d.check(exact=True)
+    assert not report.ok and "W[0, 0]" in report.message
