@@ -110,7 +110,7 @@ class _ToSympy:
                 return sp.Symbol(n.attr, real=True)
             return sp.MatrixSymbol(n.attr, *self.shape(shape))
         if op == "const":
-            v = sp.nsimplify(float(n.attr), rational=True)  # 0.5 -> 1/2, 0.1 -> 1/10
+            v = sp.Rational(repr(float(n.attr)))  # the shortest decimal: 0.5 -> 1/2, 0.1 -> 1/10
             return v if shape == SCALAR else v * self.ones(shape)
         if op == "eye":
             k = self.shape(shape)[0]
