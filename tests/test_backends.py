@@ -256,3 +256,24 @@ def test_random_expressions_agree_with_numpy(backend, case, seed):
         assert np.shape(got) == np.shape(want)
         assert np.allclose(got, want, rtol=1e-8, atol=1e-10 * max(1.0, float(np.max(np.abs(want))))), \
             (case.expr, w, src)
+
+
+@pytest.mark.skipif("torch" not in INSTALLED, reason="torch not installed")
+def test_torch_functions_run_on_a_device_without_data():
+    """On torch's "meta" device tensors have shapes but no data: a host copy (.item(),
+    .cpu(), a Python branch on a value) or a new tensor made on the CPU fails there, as it
+    would be a transfer (or an error) on a GPU."""
+    import torch
+
+    todo = [(c["expr"], c["wrt"], c["shapes"]) for c in CASES] + [e[:3] for e in EXTRA] + [
+        ("logdet(S)*det(S) + sum(inv(S)@x)", "S", {}), ("beta**0.5 + exp(2)*beta", "beta", {}),
+        ("norm2(W@x) + sum(relu(W@x) + abs(W@x) + step(W@x))", "x", {})]
+    for expr, wrt, shapes in todo:
+        d = matcalc.derive(expr, wrt=wrt, shapes=shapes)
+        sizes: dict = {}
+        args = {name: torch.empty(tuple(sizes.setdefault(x, 3 + len(sizes)) if isinstance(x, str) else x
+                                        for x in shape), dtype=torch.float64, device="meta")
+                for name, shape in d.user_shapes.items()}
+        out = d.callable("torch")(**args)
+        assert out.device.type == "meta", (expr, d.source("torch"))
+        assert out.shape == tuple(args[wrt].shape)
