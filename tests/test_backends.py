@@ -277,3 +277,18 @@ def test_torch_functions_run_on_a_device_without_data():
         out = d.callable("torch")(**args)
         assert out.device.type == "meta", (expr, d.source("torch"))
         assert out.shape == tuple(args[wrt].shape)
+
+
+@pytest.mark.skipif("jax" not in INSTALLED, reason="jax not installed")
+def test_jax_functions_trace_under_jit_from_shapes_alone():
+    """jax.jit traces with abstract values: a host copy or a Python branch on a value fails."""
+    import jax
+
+    for case in CASES:
+        d = matcalc.derive(case["expr"], wrt=case["wrt"], shapes=case["shapes"])
+        sizes: dict = {}
+        args = {name: jax.ShapeDtypeStruct(tuple(sizes.setdefault(x, 3 + len(sizes)) if isinstance(x, str) else x
+                                                 for x in shape), "float64")
+                for name, shape in d.user_shapes.items()}
+        out = jax.eval_shape(jax.jit(d.callable("jax")), **args)
+        assert out.shape == args[case["wrt"]].shape, case["id"]
