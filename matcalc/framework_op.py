@@ -42,6 +42,10 @@ class MatcalcOp:
         if backends.check_backend(backend) == "numpy":
             raise DeriveError("matcalc.op needs backend='torch' or backend='jax' (NumPy has no autodiff)")
         backends.require(backend)
+        if not isinstance(expr, str) and type(expr).__module__.startswith("sympy"):
+            from .sympy_bridge import from_sympy
+
+            expr, _, shapes = from_sympy(expr, [], shapes)
         typed = _typed_any(expr, shapes, definitions)
         self.expr, self.backend = expr, backend
         self.names = list(typed.user_shapes)

@@ -112,3 +112,17 @@ def test_cotangent_name_cannot_clash():
     a = torch.randn(3, dtype=torch.float64, requires_grad=True)
     b = torch.randn(3, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda a, b: f(G_cot=a, G_cot_=b), (a, b))
+
+
+def test_op_of_a_sympy_expression():
+    torch = pytest.importorskip("torch")
+    import sympy as sp
+
+    n, k = sp.symbols("n k", integer=True, positive=True)
+    A, X = sp.MatrixSymbol("A", n, k), sp.MatrixSymbol("X", k, n)
+    f = matcalc.op(sp.Trace(A * X) + sp.log(sp.Determinant(A * X)), backend="torch")
+    a = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    x = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    want = torch.trace(a @ x) + torch.linalg.slogdet(a @ x)[1]
+    assert torch.allclose(f(A=a, X=x), want)
+    assert torch.autograd.gradcheck(lambda a, x: f(A=a, X=x), (a, x))
