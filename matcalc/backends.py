@@ -125,7 +125,10 @@ def _lu_det(lu):
     },
 }
 
-IN_PLACE_TORCH = ("exp", "log", "sqrt", "sin", "cos", "tanh", "expm1", "log1p", "sigmoid")
+# in place where the result is a new matrix nothing else reads; only functions whose derivative
+# torch computes from the result, so the code stays differentiable (second derivatives through
+# matcalc.op in torch)
+IN_PLACE_TORCH = ("exp", "sqrt", "tanh", "expm1", "sigmoid")
 FORBIDDEN = re.compile(r"\bnp\.|(?<!jax\.)\bnumpy\b|\.item\(|\.cpu\(|\.numpy\(|\.tolist\(|\bfloat\(|\bmath\.")
 
 

@@ -126,3 +126,15 @@ def test_op_of_a_sympy_expression():
     want = torch.trace(a @ x) + torch.linalg.slogdet(a @ x)[1]
     assert torch.allclose(f(A=a, X=x), want)
     assert torch.autograd.gradcheck(lambda a, x: f(A=a, X=x), (a, x))
+
+
+def test_torch_second_derivatives_through_the_op():
+    """The backward is made of torch operations, so torch differentiates it again."""
+    torch = pytest.importorskip("torch")
+    f = matcalc.op("log((X@W)*(X@W) + 1) + sin(X@W)*cos(X@W) + tanh(X@W) + sqrt(exp(X@W))", backend="torch")
+    X = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    W = torch.randn(4, 5, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradgradcheck(lambda X, W: f(X=X, W=W), (X, W))
+    g = matcalc.op("cos(X@W)", backend="torch")  # its VJP takes sin of a new matrix
+    assert "sin(" in g.source.split("def vjp")[1]
+    assert torch.autograd.gradgradcheck(lambda X, W: g(X=X, W=W), (X, W))
