@@ -6,8 +6,10 @@ respect to an input X is the gradient of the scalar G:F, which ``derive`` gives 
 closed form; one emitted function computes it for every input at once (shared
 intermediates computed once), and the forward is the emitted function of F.  The
 backward is used by ``torch.autograd`` (a ``torch.autograd.Function``) and by
-``jax.grad`` / ``jax.vjp`` (a ``jax.custom_vjp``); it is not itself differentiable
-again (no higher derivatives through the op).
+``jax.grad`` / ``jax.vjp`` (a ``jax.custom_vjp``).  The backward is made of the framework's
+own operations, so reverse-mode second derivatives go through it (torch's double backward,
+``jax.jacrev(jax.grad(f))``); jax's forward mode (``jax.jvp``, ``jax.hessian``) does not
+apply to a ``custom_vjp``.
 """
 from __future__ import annotations
 

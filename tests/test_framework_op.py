@@ -138,3 +138,15 @@ def test_torch_second_derivatives_through_the_op():
     g = matcalc.op("cos(X@W)", backend="torch")  # its VJP takes sin of a new matrix
     assert "sin(" in g.source.split("def vjp")[1]
     assert torch.autograd.gradgradcheck(lambda X, W: g(X=X, W=W), (X, W))
+
+
+def test_jax_reverse_over_reverse_through_the_op():
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+
+    f = matcalc.op("sum(cos(X@W)) + logdet(X@X.T)", backend="jax", shapes={"X": ("n", "k"), "W": ("k", "m")})
+    X = jnp.asarray(RNG.standard_normal((3, 4)))
+    W = jnp.asarray(RNG.standard_normal((4, 5)))
+    H1 = jax.jacrev(jax.grad(lambda X: f(X=X, W=W)))(X)
+    H2 = jax.hessian(lambda X: jnp.sum(jnp.cos(X @ W)) + jnp.linalg.slogdet(X @ X.T)[1])(X)
+    np.testing.assert_allclose(H1, H2, rtol=1e-8, atol=1e-10)
