@@ -39,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="denominator (default): ∂λ/∂W has W's shape; numerator: its transpose")
     d.add_argument("--steps", action="store_true", help="print the derivation step by step")
     d.add_argument("--latex", action="store_true", help="print the gradient in LaTeX")
-    d.add_argument("--code", action="store_true", help="print the NumPy source of the gradient")
+    d.add_argument("--code", action="store_true",
+                   help="print the source of the gradient (NumPy, or the framework of --backend)")
     d.add_argument("--backend", default="numpy", metavar="numpy|torch|jax",
                    help="the framework of --code (default numpy; torch and jax use only their own ops)")
     d.add_argument("--check", action="store_true", help="check against finite differences (exit 1 if it fails)")
