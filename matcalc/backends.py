@@ -199,7 +199,7 @@ class FrameworkEmitter(codegen.Emitter):
 
     def scalar_arg(self, n: Expr, code: str) -> str:
         """A constant scalar as a tensor (framework functions do not take Python floats)."""
-        if n.op == "const" and self.backend == "torch":
+        if n.op == "const" and n.shape == SCALAR and self.backend == "torch":
             return f"torch.tensor({code}{self._like()})"
         return code
 

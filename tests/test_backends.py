@@ -23,6 +23,7 @@ EXTRA = [  # the factorisation, stable forms and norms, beyond the corpus
     ("sum(log(1+exp(-y*(X@w)))) + sum(sigmoid(X@w)) + sum(relu(X@w)) + sum(abs(X@w))", "w", {}, {}),
     ("tr(inv(A)@B) + sum(diag(A)*v) + sum(Diag(v)@B) + sum(sqrt(A*A + 1))", "A", {"B": ("n", "n")}, {"A": "spd"}),
     ("alpha*sum(exp(W@x)) + alpha**2 + sum(sin(W)**3 + cos(W)/2 + tanh(W)*sign(W))", "alpha", {}, {}),
+    ("sum(p - q@softmax(w))", "w", {}, {}),  # the sum of a vector of ones
 ]
 
 
@@ -194,6 +195,7 @@ def test_corpus_gradients_agree_with_the_reference(backend, case):
     assert rel_err(got, want) < 1e-9, (d.text, f.source)
 
 
+@pytest.mark.filterwarnings("error::UserWarning")  # e.g. torch's warning on torch.tensor(a tensor)
 @pytest.mark.parametrize("backend", _backend_params())
 @pytest.mark.parametrize("expr,wrt,shapes,domains", EXTRA)
 def test_extra_forms_agree_with_numpy_and_run_under_jit(backend, expr, wrt, shapes, domains):
