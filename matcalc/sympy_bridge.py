@@ -37,6 +37,17 @@ ELEMENTWISE = {
 }
 
 
+def exact_number(v: float):
+    """A float as the rational it stands for: the simplest fraction that rounds to it (1/3
+    for 0.333…), else its shortest decimal (1.000000000001 stays itself)."""
+    from fractions import Fraction
+
+    f = Fraction(v).limit_denominator(10 ** 6)
+    if float(f) == v:
+        return sp.Rational(f.numerator, f.denominator)
+    return sp.Rational(repr(v))
+
+
 def dim_symbol(d):
     return sp.Integer(d) if isinstance(d, int) else sp.Symbol(d, integer=True, positive=True)
 
@@ -110,7 +121,7 @@ class _ToSympy:
                 return sp.Symbol(n.attr, real=True)
             return sp.MatrixSymbol(n.attr, *self.shape(shape))
         if op == "const":
-            v = sp.Rational(repr(float(n.attr)))  # the shortest decimal: 0.5 -> 1/2, 0.1 -> 1/10
+            v = exact_number(float(n.attr))
             return v if shape == SCALAR else v * self.ones(shape)
         if op == "eye":
             k = self.shape(shape)[0]
@@ -213,6 +224,62 @@ def to_explicit(expr, values: dict, sizes: dict):
     """An IR expression evaluated on explicit SymPy values (name -> Matrix or number), its
     dimensions of the given sizes."""
     return _ToSympy({}, values, sizes).convert(expr)
+
+
+def evaluate(expr, values: dict, shapes: dict | None = None):
+    """The numbers of a SymPy matrix expression (from ``to_sympy``) at concrete values:
+    ``values`` maps symbol names to NumPy arrays (vectors 1-D) or numbers; the sizes of
+    the dimensions follow from them, and from ``shapes`` (name -> dimension names, as
+    ``Derivation.user_shapes``) for dimensions of symbols that the expression does not
+    contain.  Returns an ndarray (a matrix) or a float."""
+    import numpy as np
+    from sympy.matrices.expressions.diagonal import DiagMatrix, DiagonalOf
+
+    arrays = {k: np.asarray(v, dtype=float) for k, v in values.items()}
+    dims, subs = {}, {}
+    for name, shape in (shapes or {}).items():
+        for d, size in zip(shape, np.shape(arrays[name])):
+            if isinstance(d, str):
+                dims[dim_symbol(d)] = sp.Integer(size)
+    for m in expr.atoms(sp.MatrixSymbol):
+        a = arrays[m.name]
+        a = a.reshape(-1, 1) if a.ndim == 1 else a.reshape(1, 1) if a.ndim == 0 else a
+        for d, size in zip(m.shape, a.shape):
+            if not d.is_Integer:
+                dims[d] = sp.Integer(size)
+    # SymPy cannot take the shape of DiagMatrix / DiagonalOf of an explicit matrix:
+    # write them with Hadamard products by the identity first
+    expr = expr.replace(lambda e: isinstance(e, DiagMatrix),
+                        lambda e: sp.HadamardProduct(e.args[0] * sp.OneMatrix(1, e.shape[0]), sp.Identity(e.shape[0])))
+    expr = expr.replace(lambda e: isinstance(e, DiagonalOf),
+                        lambda e: sp.HadamardProduct(e.args[0], sp.Identity(e.shape[0])) * sp.OneMatrix(e.shape[0], 1))
+    expr = expr.xreplace(dims)
+    for m in expr.atoms(sp.MatrixSymbol):
+        a = arrays[m.name].reshape(int(m.shape[0]), int(m.shape[1]))
+        subs[m] = sp.ImmutableMatrix(a.tolist())
+    for x in expr.atoms(sp.Symbol):
+        if x.name in arrays and arrays[x.name].ndim == 0:
+            subs[x] = sp.Float(float(arrays[x.name]), 30)
+    expr = expr.xreplace(subs)
+    expr = expr.replace(lambda e: isinstance(e, (sp.OneMatrix, sp.ZeroMatrix, sp.Identity)),
+                        lambda e: sp.ImmutableMatrix(e.as_explicit()))
+
+    def explicit(e):
+        return sp.ImmutableMatrix(e.doit().as_explicit())
+
+    from sympy.matrices.expressions.hadamard import HadamardPower
+
+    # (SymPy 1.14 leaves Hadamard products and powers of explicit matrices unevaluated)
+    expr = expr.replace(lambda e: isinstance(e, HadamardPower),
+                        lambda e: explicit(e.args[0]).applyfunc(lambda t: t ** e.args[1].doit()))
+    expr = expr.replace(lambda e: isinstance(e, sp.HadamardProduct),
+                        lambda e: sp.ImmutableMatrix(
+                            __import__("functools").reduce(lambda a, b: a.multiply_elementwise(b),
+                                                           [explicit(a) for a in e.args])))
+    out = expr.doit()
+    if getattr(out, "is_Matrix", False):
+        return np.array(sp.N(sp.Matrix(out.as_explicit())).tolist(), dtype=float)
+    return float(sp.N(out))
 
 
 # ---------------------------------------------------------------- SymPy -> matcalc text

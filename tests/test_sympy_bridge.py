@@ -7,9 +7,11 @@ import sys
 import numpy as np
 import pytest
 import sympy as sp
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import matcalc
 from conftest import case_inputs, load_corpus
+from exprgen import expressions
 
 CASES = load_corpus()
 SIZES = {"a": 3, "b": 4, "c": 2, "d": 5, "e": 6, "n": 3, "m": 4, "k": 2, "p": 5}
@@ -166,3 +168,26 @@ def test_exact_check_sees_a_tiny_error_in_a_transcendental_entry():
     d.gradient = ir.mul(ir.const(1.0 + 1e-12), d.gradient)  # finite differences cannot see this
     report = d.check(exact=True)
     assert not report.ok and "W[0, 0]" in report.message
+
+
+@settings(max_examples=30, derandomize=True, database=None, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
+@given(case=expressions(max_depth=3), seed=st.integers(0, 2**32 - 1))
+def test_to_sympy_of_random_expressions_evaluates_to_the_numpy_numbers(case, seed):
+    from matcalc.sympy_bridge import evaluate
+
+    inputs = case.draw_inputs(np.random.default_rng(seed))
+    w = case.wrt[0]
+    d = matcalc.derive(case.expr, wrt=w, shapes=case.shapes)
+    with np.errstate(all="ignore"):
+        want = np.asarray(d.function(**inputs), dtype=float)
+    if not np.all(np.isfinite(want)):
+        return
+    got = evaluate(d.to_sympy(), inputs, d.user_shapes)
+    np.testing.assert_allclose(np.reshape(got, want.shape), want, rtol=1e-7,
+                               atol=1e-9 * max(1.0, float(np.max(np.abs(want), initial=0.0))))
+
+
+def test_exact_check_of_a_float_constant_that_stands_for_a_fraction():
+    d = matcalc.derive("sum(W)/(abs(2) + 1)", wrt="W")  # G holds 0.333…, λ divides by 3
+    assert d.check(exact=True).ok
