@@ -191,3 +191,10 @@ def test_to_sympy_of_random_expressions_evaluates_to_the_numpy_numbers(case, see
 def test_exact_check_of_a_float_constant_that_stands_for_a_fraction():
     d = matcalc.derive("sum(W)/(abs(2) + 1)", wrt="W")  # G holds 0.333…, λ divides by 3
     assert d.check(exact=True).ok
+
+
+def test_exact_check_where_sympy_leaves_derivatives_of_sign_abs_and_max_unevaluated():
+    for expr in ("sign(logdet(W@W.T + I))", "abs(logdet(W@W.T + I)) + relu(logdet(W@W.T + I) - 1)"):
+        d = matcalc.derive(expr, wrt="W")
+        report = d.check(exact=True)
+        assert report.ok, str(report)
