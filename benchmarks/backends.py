@@ -127,7 +127,7 @@ def main(argv=None):
         except Exception:
             failures.append(f"{fw} worker failed (exit {p.returncode}): "
                             + " | ".join(p.stderr.strip().splitlines()[-3:]))
-    lines = [f"# matcalc torch / jax backends against the frameworks' autodiff", "",
+    lines = ["# matcalc torch / jax backends against the frameworks' autodiff", "",
              f"Machine: {machine()}; {versions()}. float64; median of interleaved calls"
              + (f"; torch threads {args.threads}" if args.threads else "") + ".", "",
              "ratio = matcalc backend / framework autodiff (below 1: matcalc is faster); "

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-from . import codegen, ir
+from . import codegen
 from .codegen import FACTOR_OPS, factor_base, np_shape, sanitize
 from .errors import DeriveError
 from .ir import SCALAR, Expr

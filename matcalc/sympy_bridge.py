@@ -6,9 +6,10 @@
 * ``from_sympy(expr, wrt, shapes)``: a SymPy expression built from MatrixSymbols as
   matcalc text with the shapes of its symbols (an n×1 MatrixSymbol is a vector, a 1×1
   one or a plain Symbol a scalar).
+* ``evaluate(expr, values, shapes)``: the numbers of such an expression at concrete values.
 * ``exact_check(derivation)``: the gradient verified entry by entry at small concrete
-  sizes, symbolically, with exact evaluation at random rational points where SymPy
-  cannot decide whether a difference is zero.
+  sizes, symbolically, with evaluation at random rational points (exact for rational
+  functions, to 60 digits otherwise) where SymPy cannot decide whether a difference is 0.
 
 SymPy is imported here only, and this module only when one of these is used.
 """
