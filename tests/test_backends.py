@@ -243,7 +243,7 @@ def test_float32_stays_float32(backend):
 
 
 @pytest.mark.parametrize("backend", _backend_params())
-@settings(max_examples=25, derandomize=True, database=None, deadline=None,
+@settings(max_examples=20, derandomize=True, database=None, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                  HealthCheck.filter_too_much, HealthCheck.function_scoped_fixture])
 @given(case=expressions(), seed=st.integers(0, 2**32 - 1))
