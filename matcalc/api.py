@@ -509,6 +509,30 @@ class ValueAndGrad:
                                       doc, returns=returns)
         self.numpy_source = module_source([src])
         self.function = GradientFunction(self.numpy_source, "value_and_grad", params, self.user_shapes)
+        self._emit_args = (outputs, doc, returns)
+
+    def source(self, backend: str = "numpy") -> str:
+        """The module of ``function`` for ``"numpy"`` (the default), ``"torch"`` or ``"jax"``."""
+        from .backends import check_backend, function_source, module_source
+
+        if check_backend(backend) == "numpy":
+            return self.numpy_source
+        outputs, doc, returns = self._emit_args
+        src, _ = function_source(backend, "value_and_grad", outputs, list(self.user_shapes), self.symbols,
+                                 doc, returns=returns)
+        return module_source(backend, [src])
+
+    def callable(self, backend: str = "numpy"):
+        """``function`` for ``"numpy"``; for ``"torch"`` / ``"jax"`` the same function of the
+        framework's tensors: ``(value, {name: gradient})``."""
+        from .backends import BackendFunction, check_backend, require
+        from .codegen import sanitize
+
+        if check_backend(backend) == "numpy":
+            return self.function
+        require(backend)
+        return BackendFunction(backend, self.source(backend), "value_and_grad",
+                               sanitize(list(self.user_shapes)), self.user_shapes)
 
     def __getitem__(self, name):
         return self.derivations[name]

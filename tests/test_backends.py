@@ -294,3 +294,19 @@ def test_jax_functions_trace_under_jit_from_shapes_alone():
                 for name, shape in d.user_shapes.items()}
         out = jax.eval_shape(jax.jit(d.callable("jax")), **args)
         assert out.shape == args[case["wrt"]].shape, case["id"]
+
+
+@pytest.mark.parametrize("backend", _backend_params())
+def test_value_and_grad_for_a_backend(backend):
+    vg = matcalc.value_and_grad("alpha*(exp(W@x+c)-W@x-c+m*m-1):1", wrt=["W", "c", "alpha"])
+    src = vg.source(backend)
+    assert host_calls(src) == []
+    rng = np.random.default_rng(5)
+    inputs = dict(W=rng.standard_normal((3, 4)), x=rng.standard_normal(4), c=rng.standard_normal(3),
+                  m=rng.standard_normal(3), alpha=0.7)
+    want_value, want = vg.function(**inputs)
+    value, grads = vg.callable(backend)(**to_framework(backend, inputs))
+    assert abs(float(to_numpy(backend, value)) - want_value) < 1e-10 * max(1.0, abs(want_value))
+    assert set(grads) == {"W", "c", "alpha"}
+    for k in grads:
+        assert rel_err(to_numpy(backend, grads[k]), want[k]) < 1e-12
