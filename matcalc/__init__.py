@@ -8,7 +8,15 @@
 from .api import Derivation, GradientFunction, ValueAndGrad, derive, value_and_grad
 from .errors import DeriveError, MatcalcError, ParseError, ShapeError
 
+
+def op(expr, backend="torch", shapes=None, definitions=None):
+    """``expr`` as a PyTorch or JAX function of keyword tensors whose backward is matcalc's
+    derived VJP (see ``matcalc.framework_op``); torch / jax are imported on first use."""
+    from .framework_op import op as _op
+
+    return _op(expr, backend=backend, shapes=shapes, definitions=definitions)
+
 __version__ = "0.1.0"
 
 __all__ = ["derive", "value_and_grad", "ValueAndGrad", "Derivation", "GradientFunction", "MatcalcError", "ParseError", "ShapeError",
-           "DeriveError", "__version__"]
+           "DeriveError", "op", "__version__"]

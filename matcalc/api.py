@@ -145,6 +145,7 @@ class Derivation:
         self.shape = typed.user_shapes[wrt]
         self._user_names = user_names   # node -> name, from definitions=
         self._dims = dim_sources(typed.symbols)  # dimension -> (symbol, axis), for size(x, 0)
+        self._backend_cache: dict = {}
         taken = set(typed.symbols) | set(user_names.values())
         extra = auto_names([G], taken | set(names.values()), names)
         self._names = {**names, **extra}  # user and automatic names, and those of their differentials
@@ -298,6 +299,44 @@ class Derivation:
         src, params, fname = self._grad_source
         return GradientFunction(self.numpy_source, fname, params, self.user_shapes, self.shape)
 
+    def source(self, backend: str = "numpy") -> str:
+        """The gradient as a standalone module for ``backend``: ``"numpy"`` (the default,
+        ``numpy_source``), ``"torch"`` or ``"jax"`` (framework ops only: runs on GPU tensors
+        and under ``jax.jit``)."""
+        from .backends import check_backend
+
+        if check_backend(backend) == "numpy":
+            return self.numpy_source
+        return self._backend_source(backend)[0]
+
+    def _backend_source(self, backend):
+        if backend not in self._backend_cache:
+            from .backends import function_source, module_source
+
+            fname = self._grad_source[2]
+            doc = f"∂λ/∂{self.wrt} for λ = {self.lam_text_short}; shape {self.shape_text}."
+            src, params = function_source(backend, fname, [self.gradient], self._params, self.symbols, doc)
+            self._backend_cache[backend] = (module_source(backend, [src]), params, fname)
+        return self._backend_cache[backend]
+
+    def callable(self, backend: str = "numpy"):
+        """The gradient as a function of keyword arrays: ``function`` for ``"numpy"``; for
+        ``"torch"`` / ``"jax"`` a function of the framework's tensors (vectors 1-D)."""
+        from .backends import BackendFunction, check_backend, require
+
+        if check_backend(backend) == "numpy":
+            return self.function
+        require(backend)
+        src, params, fname = self._backend_source(backend)
+        return BackendFunction(backend, src, fname, params, self.user_shapes)
+
+    def to_sympy(self):
+        """The gradient as a SymPy matrix expression (MatrixSymbol, HadamardProduct, Trace,
+        Inverse, …; elementwise functions as ElementwiseApplyFunction)."""
+        from .sympy_bridge import to_sympy
+
+        return to_sympy(self.gradient, self.symbols)
+
     @cached_property
     def value_function(self) -> GradientFunction:
         """λ itself as a NumPy function (used by the check)."""
@@ -307,8 +346,13 @@ class Derivation:
         return GradientFunction(module_source([src]), "value", params, self.user_shapes)
 
     def check(self, seed: int = 0, tol: float = 1e-5, draws: int = 2, domain: dict | None = None,
-              sizes: dict | None = None):
-        """Compare ``function`` with central finite differences of λ on random inputs."""
+              sizes: dict | None = None, exact: bool = False):
+        """Compare ``function`` with central finite differences of λ on random inputs; with
+        ``exact=True``, verify G entry by entry with SymPy at small concrete sizes instead."""
+        if exact:
+            from .sympy_bridge import exact_check
+
+            return exact_check(self, seed=seed, sizes=sizes, domain=domain)
         import numpy as np
 
         from .check import CheckReport, choose_sizes, finite_difference_check, infer_domains, random_inputs
@@ -387,6 +431,9 @@ def derive(expr: str, wrt, shapes: dict | None = None, definitions: dict | None 
            where: dict | None = None):
     """Differentiate the scalar ``expr`` with respect to ``wrt`` (a name or a list of names).
 
+    ``expr`` may also be a SymPy expression built from MatrixSymbols (an n×1 one is a
+    vector, a 1×1 one a scalar); ``wrt`` is then a name or a MatrixSymbol.
+
     ``shapes`` declares shapes (``{"W": ("a", "b"), "alpha": ()}``); ``definitions`` (or
     ``where``) names intermediate quantities (``{"l": "W@x+c", "p": "exp(l)"}``), which
     ``expr`` may use and which the result and the steps are written with.
@@ -394,6 +441,11 @@ def derive(expr: str, wrt, shapes: dict | None = None, definitions: dict | None 
     if definitions is not None and where is not None:
         raise DeriveError("give definitions= or where=, not both")
     definitions = definitions if definitions is not None else where
+    if not isinstance(expr, str) and type(expr).__module__.startswith("sympy"):
+        # a SymPy matrix expression: matcalc text, with shapes from its MatrixSymbols
+        from .sympy_bridge import from_sympy
+
+        expr, wrt, shapes = from_sympy(expr, wrt, shapes)
     if isinstance(wrt, (list, tuple)):
         if not wrt:
             raise DeriveError("wrt is empty: name at least one symbol")
@@ -402,11 +454,17 @@ def derive(expr: str, wrt, shapes: dict | None = None, definitions: dict | None 
     return _derive_one(expr, _typed(expr, shapes, definitions), wrt)
 
 
-def _typed(expr, shapes, definitions=None):
+def _typed_any(expr, shapes, definitions=None):
+    """The typed IR of an expression of any shape."""
     if definitions is not None and not isinstance(definitions, dict):
         raise DeriveError("definitions must be a dict name -> expression text")
-    ast = parse(expr)
-    typed = typecheck(ast, expr, shapes, definitions)
+    if not isinstance(expr, str):
+        raise DeriveError(f"the expression must be text, got {type(expr).__name__}")
+    return typecheck(parse(expr), expr, shapes, definitions)
+
+
+def _typed(expr, shapes, definitions=None):
+    typed = _typed_any(expr, shapes, definitions)
     if typed.expr.shape != ir.SCALAR:
         raise ShapeError(f"λ must be a scalar, but the expression is {ir.describe(typed.expr.shape)} "
                          "(sum(...) or G:(...) make a scalar)", expr, 0, len(expr.rstrip()))
@@ -466,6 +524,30 @@ class ValueAndGrad:
                                       doc, returns=returns)
         self.numpy_source = module_source([src])
         self.function = GradientFunction(self.numpy_source, "value_and_grad", params, self.user_shapes)
+        self._emit_args = (outputs, doc, returns)
+
+    def source(self, backend: str = "numpy") -> str:
+        """The module of ``function`` for ``"numpy"`` (the default), ``"torch"`` or ``"jax"``."""
+        from .backends import check_backend, function_source, module_source
+
+        if check_backend(backend) == "numpy":
+            return self.numpy_source
+        outputs, doc, returns = self._emit_args
+        src, _ = function_source(backend, "value_and_grad", outputs, list(self.user_shapes), self.symbols,
+                                 doc, returns=returns)
+        return module_source(backend, [src])
+
+    def callable(self, backend: str = "numpy"):
+        """``function`` for ``"numpy"``; for ``"torch"`` / ``"jax"`` the same function of the
+        framework's tensors: ``(value, {name: gradient})``."""
+        from .backends import BackendFunction, check_backend, require
+        from .codegen import sanitize
+
+        if check_backend(backend) == "numpy":
+            return self.function
+        require(backend)
+        return BackendFunction(backend, self.source(backend), "value_and_grad",
+                               sanitize(list(self.user_shapes)), self.user_shapes)
 
     def __getitem__(self, name):
         return self.derivations[name]

@@ -40,8 +40,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="denominator (default): ∂λ/∂W has W's shape; numerator: its transpose")
     d.add_argument("--steps", action="store_true", help="print the derivation step by step")
     d.add_argument("--latex", action="store_true", help="print the gradient in LaTeX")
-    d.add_argument("--code", action="store_true", help="print the NumPy source of the gradient")
+    d.add_argument("--code", action="store_true",
+                   help="print the source of the gradient (NumPy, or the framework of --backend)")
+    d.add_argument("--backend", default="numpy", metavar="numpy|torch|jax",
+                   help="the framework of --code (default numpy; torch and jax use only their own ops)")
     d.add_argument("--check", action="store_true", help="check against finite differences (exit 1 if it fails)")
+    d.add_argument("--exact", action="store_true",
+                   help="verify the gradient entry by entry with SymPy at small sizes (exit 1 if it fails)")
     d.add_argument("--json", action="store_true", help="print one JSON object per --wrt")
     s = sub.add_parser("serve", help="a local web page: type an expression, read the derivation",
                        description="Serve matcalc's page on this machine (needs the web extra: "
@@ -93,9 +98,17 @@ def run(argv=None) -> int:
         build_parser().print_help(sys.stderr)
         return EXIT_REFUSED
     from .api import derive, shape_str
+    from .errors import DeriveError as DeriveError_
     from .errors import MatcalcError
 
     try:
+        if args.backend != "numpy":
+            from .backends import check_backend
+
+            check_backend(args.backend)
+            if not (args.code or args.json):
+                raise DeriveError_("--backend chooses the framework of --code (or of --json's "
+                                   "source); add --code")
         shapes = parse_shapes(args.shape)
         results = derive(args.expr, wrt=list(args.wrt), shapes=shapes,
                          definitions=parse_lets(args.let) or None)
@@ -108,8 +121,11 @@ def run(argv=None) -> int:
         report = d.check() if args.check else None
         if report is not None and not report.ok:
             status = EXIT_CHECK_FAILED
+        exact = d.check(exact=True) if args.exact else None
+        if exact is not None and not exact.ok:
+            status = EXIT_CHECK_FAILED
         if args.json:
-            out.append(json.dumps(json_object(d, report), ensure_ascii=False))
+            out.append(json.dumps(json_object(d, report, exact, args.backend), ensure_ascii=False))
             continue
         if len(results) > 1:
             out.append(f"── {w} ──")
@@ -130,25 +146,33 @@ def run(argv=None) -> int:
             if args.steps:
                 out.append(d.steps_latex)
         if args.code:
-            out.append(d.numpy_source.rstrip())
+            out.append(d.source(args.backend).rstrip())
         if report is not None:
             out.append(str(report))
+        if exact is not None:
+            out.append(str(exact))
     print("\n".join(out))
     if status == EXIT_CHECK_FAILED and not args.json:
-        print("matcalc: the numerical check failed", file=sys.stderr)
+        print("matcalc: the " + ("check" if args.check and args.exact else "exact check" if args.exact
+                                 else "numerical check") + " failed", file=sys.stderr)
     return status
 
 
-def json_object(d, report=None) -> dict:
+def json_object(d, report=None, exact=None, backend: str = "numpy") -> dict:
     """What ``derive --json`` prints for one wrt (``matcalc serve``'s ``POST /api/derive``
-    returns a list of these): ``d.to_dict`` plus the LaTeX of the derivation and its text lines.
+    returns a list of these): ``d.to_dict`` plus the LaTeX of the derivation and its text lines,
+    the exact check's report (``--exact``) and the source for another backend (``--backend``).
     Non-finite numbers become null, as strict JSON (and a browser's JSON.parse) requires."""
-    from .printing import tex_name, to_latex
+    from .printing import tex_name
 
     obj = d.to_dict(report)
+    if exact is not None:
+        obj["exact_check"] = exact.to_dict()
+    if backend != "numpy":
+        obj[f"{backend}_source"] = d.source(backend)
     obj.setdefault("wrt_latex", tex_name(d.wrt))
     obj.setdefault("short_latex", d.short_latex)
-    obj.setdefault("definitions_latex", {tex_name(k): v for k, v in d._definitions(to_latex)})
+    obj.setdefault("definitions_latex", {tex_name(k): v for k, v in d._definitions(d._latex)})
     obj.setdefault("steps_latex", d.steps_latex)
     obj.setdefault("derivation", d.derivation_lines())
     check = obj.get("check")

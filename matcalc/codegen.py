@@ -73,16 +73,6 @@ _ONES = {}
     e = np.exp(z - np.maximum.reduce(z, axis, keepdims=True))
     return e / np.add.reduce(e, axis, keepdims=True)
 ''',
-    "_kron_blocks": '''def _kron_blocks(c, b, m, n):
-    """Entry (i, j) is block (i, j) of c (b's shape) : b: the adjoint of A ⊗ b in A."""
-    p, q = b.shape
-    return np.einsum("ipjq,pq->ij", c.reshape(m, p, n, q), b)
-''',
-    "_kron_sum": '''def _kron_sum(c, a, p, q):
-    """Σᵢⱼ aᵢⱼ · block (i, j) of c: the adjoint of a ⊗ B in B."""
-    m, n = a.shape
-    return np.einsum("ipjq,ij->pq", c.reshape(m, p, n, q), a)
-''',
     "_softmax": '''def _softmax(z):
     e = np.exp(z - np.maximum.reduce(z, None))
     return e / np.add.reduce(e, None)
@@ -465,13 +455,19 @@ class Emitter:
         """The IR shape as a 2-tuple of code, 1s included (for a reshape to 2-D)."""
         return f"({self.dim(shape[0])}, {self.dim(shape[1])})"
 
+    mod = "np"  # the array module of the emitted code
+
     def as_2d(self, code: str, shape) -> str:
-        return code if len(np_shape(shape)) == 2 else f"np.reshape({code}, {self.full_shape(shape)})"
+        return code if len(np_shape(shape)) == 2 else f"{self.mod}.reshape({code}, {self.full_shape(shape)})"
 
     def from_2d(self, code: str, shape) -> str:
-        """A 2-D result back in the NumPy form of ``shape`` (1-D for a vector, float for 1×1)."""
+        """A 2-D result back in the NumPy form of ``shape`` (1-D for a vector, a number for 1×1)."""
         k = len(np_shape(shape))
-        return code if k == 2 else (f"{code}.reshape(-1)" if k == 1 else f"float({code}[0, 0])")
+        return code if k == 2 else (f"{code}.reshape(-1)" if k == 1 else self.item0(code))
+
+    def item0(self, code: str) -> str:
+        """The one entry of a 1×1 (or length-1) array as a number."""
+        return f"float({code}.reshape(-1)[0])"
 
     def count_src(self, shape) -> str:
         """The number of entries of an array of ``shape``, as code."""

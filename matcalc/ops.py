@@ -40,6 +40,9 @@ class Op:
     text: Optional[Callable] = None       # (printer, node) -> text; default name(args)
     latex: object = None                  # "\\cosh" (name), or (printer, node) -> (tex, precedence)
     numpy: object = None                  # template "np.cosh({0})", or (emitter, node, codes) -> code
+    torch: object = None                  # the same for PyTorch (torch.* only: no host copies)
+    jax: object = None                    # the same for JAX (jax.* / jnp.* only)
+    sympy: object = None                  # elementwise: the SymPy function of one entry
     in_place: bool = False                # np.<ufunc>(t, out=t) on a fresh matrix
     ufunc: str = ""                       # the NumPy ufunc for in-place evaluation
     helpers: tuple = ()                   # emitted helper functions the template uses
@@ -176,6 +179,11 @@ def _ir():
     return ir
 
 
+def _sp():
+    import sympy  # only where a SymPy form is asked for
+    return sympy
+
+
 def _ones(shape):
     return _ir().const(1.0, shape)
 
@@ -207,8 +215,10 @@ def axis_count(shape, axis):
 
 
 def elementwise(name, derivative, rule, fold, numpy, *, latex=None, domain=None, letter=None,
-                in_place=False, helpers=(), smooth=True, aliases=(), ufunc=""):
-    return register(Op(name, same_shape, jvp=_jvp_elementwise, derivative=derivative, rule=rule, fold=fold, numpy=numpy,
+                in_place=False, helpers=(), smooth=True, aliases=(), ufunc="", torch=None, jax=None,
+                sympy=None):
+    return register(Op(name, same_shape, jvp=_jvp_elementwise, derivative=derivative, rule=rule, fold=fold,
+                       numpy=numpy, torch=torch, jax=jax, sympy=sympy,
                        latex=latex, domain=domain, letter=letter, in_place=in_place, helpers=helpers,
                        elementwise=True, smooth=smooth, aliases=aliases,
                        ufunc=ufunc or (name if in_place else "")))
@@ -274,66 +284,114 @@ def _silu_prime(x, y):
 
 
 elementwise("exp", lambda x, y: y, "d exp(X) = exp(X)∘dX", _safe_exp, "np.exp({0})",
-            latex=lambda p, e: _tex_exp(p, e), letter="p", in_place=True)
+            latex=lambda p, e: _tex_exp(p, e), letter="p", in_place=True,
+            torch="torch.exp({0})", jax="jnp.exp({0})",
+            sympy=lambda t: _sp().exp(t))
 elementwise("log", lambda x, y: _ir().div(_c(1.0), x), "d log(X) = dX⊘X", math.log, "np.log({0})",
-            latex="\\log", domain="positive", letter="g", in_place=True, aliases=("ln",))
+            latex="\\log", domain="positive", letter="g", in_place=True, aliases=("ln",),
+            torch="torch.log({0})", jax="jnp.log({0})",
+            sympy=lambda t: _sp().log(t))
 elementwise("sqrt", lambda x, y: _ir().div(_c(0.5), y), "d sqrt(X) = dX⊘(2 sqrt(X))", math.sqrt,
             "np.sqrt({0})", latex=lambda p, e: (f"\\sqrt{{{p.p(e.args[0])[0]}}}", 7),
-            domain="positive", letter="q", in_place=True)
+            domain="positive", letter="q", in_place=True,
+            torch="torch.sqrt({0})", jax="jnp.sqrt({0})",
+            sympy=lambda t: _sp().sqrt(t))
 elementwise("sin", lambda x, y: _ir().func("cos", x), "d sin(X) = cos(X)∘dX", math.sin, "np.sin({0})",
-            latex="\\sin", letter="u", in_place=True)
+            latex="\\sin", letter="u", in_place=True,
+            torch="torch.sin({0})", jax="jnp.sin({0})",
+            sympy=lambda t: _sp().sin(t))
 elementwise("cos", lambda x, y: _ir().neg(_ir().func("sin", x)), "d cos(X) = −sin(X)∘dX", math.cos,
-            "np.cos({0})", latex="\\cos", letter="u", in_place=True)
+            "np.cos({0})", latex="\\cos", letter="u", in_place=True,
+            torch="torch.cos({0})", jax="jnp.cos({0})",
+            sympy=lambda t: _sp().cos(t))
 elementwise("tan", lambda x, y: _ir().add(_c(1.0), _sq(y)), "d tan(X) = (1 + tan²(X))∘dX", math.tan,
-            "np.tan({0})", latex="\\tan", letter="u", in_place=True, domain="small")
+            "np.tan({0})", latex="\\tan", letter="u", in_place=True, domain="small",
+            torch="torch.tan({0})", jax="jnp.tan({0})",
+            sympy=lambda t: _sp().tan(t))
 elementwise("tanh", lambda x, y: _minus(_c(1.0), _sq(y)), "d tanh(X) = (1 − tanh²(X))∘dX", math.tanh,
-            "np.tanh({0})", latex="\\tanh", letter="t", in_place=True)
+            "np.tanh({0})", latex="\\tanh", letter="t", in_place=True,
+            torch="torch.tanh({0})", jax="jnp.tanh({0})",
+            sympy=lambda t: _sp().tanh(t))
 elementwise("cosh", lambda x, y: _ir().func("sinh", x), "d cosh(X) = sinh(X)∘dX",
             lambda v: math.cosh(v) if abs(v) < 700 else float("inf"), "np.cosh({0})", latex="\\cosh",
-            letter="u", in_place=True)
+            letter="u", in_place=True,
+            torch="torch.cosh({0})", jax="jnp.cosh({0})",
+            sympy=lambda t: _sp().cosh(t))
 elementwise("sinh", lambda x, y: _ir().func("cosh", x), "d sinh(X) = cosh(X)∘dX",
             lambda v: math.sinh(v) if abs(v) < 700 else float("inf"), "np.sinh({0})", latex="\\sinh",
-            letter="u", in_place=True)
+            letter="u", in_place=True,
+            torch="torch.sinh({0})", jax="jnp.sinh({0})",
+            sympy=lambda t: _sp().sinh(t))
 elementwise("arcsin", lambda x, y: _ir().div(_c(1.0), _ir().func("sqrt", _minus(_c(1.0), _sq(x)))),
             "d arcsin(X) = dX⊘sqrt(1 − X²)", math.asin, "np.arcsin({0})", latex="\\arcsin",
-            letter="u", in_place=True, domain="unit_interval")
+            letter="u", in_place=True, domain="unit_interval",
+            torch="torch.asin({0})", jax="jnp.arcsin({0})",
+            sympy=lambda t: _sp().asin(t))
 elementwise("arccos", lambda x, y: _ir().div(_c(-1.0), _ir().func("sqrt", _minus(_c(1.0), _sq(x)))),
             "d arccos(X) = −dX⊘sqrt(1 − X²)", math.acos, "np.arccos({0})", latex="\\arccos",
-            letter="u", in_place=True, domain="unit_interval")
+            letter="u", in_place=True, domain="unit_interval",
+            torch="torch.acos({0})", jax="jnp.arccos({0})",
+            sympy=lambda t: _sp().acos(t))
 elementwise("arctan", lambda x, y: _ir().div(_c(1.0), _ir().add(_c(1.0), _sq(x))),
             "d arctan(X) = dX⊘(1 + X²)", math.atan, "np.arctan({0})", latex="\\arctan", letter="u",
-            in_place=True)
+            in_place=True,
+            torch="torch.atan({0})", jax="jnp.arctan({0})",
+            sympy=lambda t: _sp().atan(t))
 elementwise("sigmoid", lambda x, y: _ir().mul(y, _minus(_c(1.0), y)), "d σ(X) = σ(X)∘(1 − σ(X))∘dX",
-            _sigmoid_num, "_sigmoid({0})", latex="\\sigma", letter="s", helpers=("_sigmoid",))
+            _sigmoid_num, "_sigmoid({0})", latex="\\sigma", letter="s", helpers=("_sigmoid",),
+            torch="torch.sigmoid({0})", jax="jax.nn.sigmoid({0})",
+            sympy=lambda t: 1 / (1 + _sp().exp(-t)))
 elementwise("relu", lambda x, y: _ir().func("step", x), "d relu(X) = step(X)∘dX",
-            lambda v: max(v, 0.0), "np.maximum({0}, 0.0)", letter="r", smooth=False)
+            lambda v: max(v, 0.0), "np.maximum({0}, 0.0)", letter="r", smooth=False,
+            torch="torch.relu({0})", jax="jax.nn.relu({0})",
+            sympy=lambda t: _sp().Max(t, 0))
 elementwise("step", lambda x, y: None, "d step(X) = 0 (almost everywhere)",
-            lambda v: 1.0 if v > 0 else 0.0, "np.heaviside({0}, 0.0)", letter="h", smooth=False)
+            lambda v: 1.0 if v > 0 else 0.0, "np.heaviside({0}, 0.0)", letter="h", smooth=False,
+            torch="torch.heaviside({0}, torch.zeros_like({0}))", jax="jnp.heaviside({0}, 0.0)",
+            sympy=lambda t: _sp().Heaviside(t, 0))
 elementwise("abs", lambda x, y: _ir().func("sign", x), "d |X| = sign(X)∘dX", abs, "np.abs({0})",
-            latex=lambda p, e: (f"\\left|{p.p(e.args[0])[0]}\\right|", 7), letter="u", smooth=False)
+            latex=lambda p, e: (f"\\left|{p.p(e.args[0])[0]}\\right|", 7), letter="u", smooth=False,
+            torch="torch.abs({0})", jax="jnp.abs({0})",
+            sympy=lambda t: _sp().Abs(t))
 elementwise("sign", lambda x, y: None, "d sign(X) = 0 (almost everywhere)",
-            lambda v: float((v > 0) - (v < 0)), "np.sign({0})", letter="u", smooth=False)
+            lambda v: float((v > 0) - (v < 0)), "np.sign({0})", letter="u", smooth=False,
+            torch="torch.sign({0})", jax="jnp.sign({0})",
+            sympy=lambda t: _sp().sign(t))
 elementwise("softplus", lambda x, y: _ir().func("sigmoid", x), "d softplus(X) = σ(X)∘dX",
             lambda v: v + math.log1p(math.exp(-v)) if v > 0 else math.log1p(math.exp(v)),
-            "np.logaddexp(0.0, {0})", letter="q")
+            "np.logaddexp(0.0, {0})", letter="q",
+            torch="torch.nn.functional.softplus({0}, threshold=37.0)", jax="jnp.logaddexp({0}, 0.0)",
+            sympy=lambda t: _sp().log(1 + _sp().exp(t)))
 elementwise("logsigmoid", lambda x, y: _ir().func("sigmoid", _ir().neg(x)),
             "d log σ(X) = σ(−X)∘dX", lambda v: -(-v + math.log1p(math.exp(v)) if v < 0 else math.log1p(math.exp(-v))),
-            "(-np.logaddexp(0.0, -{0}))", latex="\\log\\sigma", letter="g")
+            "(-np.logaddexp(0.0, -{0}))", latex="\\log\\sigma", letter="g",
+            torch="torch.nn.functional.logsigmoid({0})", jax="jax.nn.log_sigmoid({0})",
+            sympy=lambda t: -_sp().log(1 + _sp().exp(-t)))
 elementwise("log1p", lambda x, y: _ir().div(_c(1.0), _ir().add(_c(1.0), x)), "d log1p(X) = dX⊘(1 + X)",
             math.log1p, "np.log1p({0})", latex="\\operatorname{log1p}", domain="positive", letter="g",
-            in_place=True)
+            in_place=True,
+            torch="torch.log1p({0})", jax="jnp.log1p({0})",
+            sympy=lambda t: _sp().log(1 + t))
 elementwise("expm1", lambda x, y: _ir().func("exp", x), "d expm1(X) = exp(X)∘dX",
             lambda v: math.expm1(v) if v < 700 else float("inf"), "np.expm1({0})",
-            latex="\\operatorname{expm1}", letter="p", in_place=True)
+            latex="\\operatorname{expm1}", letter="p", in_place=True,
+            torch="torch.expm1({0})", jax="jnp.expm1({0})",
+            sympy=lambda t: _sp().exp(t) - 1)
 elementwise("erf", lambda x, y: _ir().mul(_c(2.0 / math.sqrt(math.pi)), _ir().func("exp", _ir().neg(_sq(x)))),
             "d erf(X) = (2/√π) exp(−X²)∘dX", math.erf, "_erf({0})", latex="\\operatorname{erf}",
-            letter="u", helpers=("_erf",))
+            letter="u", helpers=("_erf",),
+            torch="torch.special.erf({0})", jax="jax.scipy.special.erf({0})",
+            sympy=lambda t: _sp().erf(t))
 elementwise("gelu", _gelu_prime, "d gelu(X) = (Φ(X) + X∘φ(X))∘dX",
             lambda v: 0.5 * v * (1.0 + math.erf(v / _SQRT2)), "_gelu({0})", latex="\\operatorname{gelu}",
-            letter="r", helpers=("_gelu",))
+            letter="r", helpers=("_gelu",),
+            torch="torch.nn.functional.gelu({0})", jax="jax.nn.gelu({0}, approximate=False)",
+            sympy=lambda t: t * (1 + _sp().erf(t / _sp().sqrt(2))) / 2)
 elementwise("silu", _silu_prime, "d silu(X) = σ(X)∘(1 + X∘(1 − σ(X)))∘dX",
             lambda v: v * _sigmoid_num(v), "({0} * _sigmoid({0}))", latex="\\operatorname{silu}", letter="r",
-            helpers=("_sigmoid",))
+            helpers=("_sigmoid",),
+            torch="torch.nn.functional.silu({0})", jax="jax.nn.silu({0})",
+            sympy=lambda t: t / (1 + _sp().exp(-t)))
 
 
 def _tex_exp(p, e):
@@ -487,7 +545,7 @@ def _np_softmax_axis(em, n, a, axis):
 
 def _np_kron(em, n, a):
     A, B = n.args
-    return em.from_2d(f"np.kron({em.as_2d(a[0], A.shape)}, {em.as_2d(a[1], B.shape)})", n.shape)
+    return em.from_2d(f"{em.mod}.kron({em.as_2d(a[0], A.shape)}, {em.as_2d(a[1], B.shape)})", n.shape)
 
 
 def _np_vec(em, n, a):
@@ -497,22 +555,86 @@ def _np_vec(em, n, a):
 
 def _np_unvec(em, n, a):
     if len(em.np_shape(n.shape)) < 2:
-        return a[0] if n.shape != SCALAR else f"float({a[0]}[0])"
+        return a[0] if n.shape != SCALAR else em.item0(a[0])
     return f"{a[0]}.reshape({em.shape_src(n.shape)}, order='F')"
 
 
-def _np_kron_blocks(em, n, a):
-    c, B = n.args
-    em.helpers.add("_kron_blocks")
-    return em.from_2d(f"_kron_blocks({em.as_2d(a[0], c.shape)}, {em.as_2d(a[1], B.shape)}, "
-                      f"{em.dim(n.shape[0])}, {em.dim(n.shape[1])})", n.shape)
+def _blocks_einsum(em, n, a, spec, small):
+    """The block contractions of kron's adjoint: C reshaped to (m, p, n, q) against ``small``."""
+    c, other = n.args
+    (m, k), (p, q) = (n.shape, other.shape) if spec == "ipjq,pq->ij" else (other.shape, n.shape)
+    dims = ", ".join(em.dim(d) for d in (m, p, k, q))
+    code = f"{em.mod}.einsum('{spec}', {em.mod}.reshape({a[0]}, ({dims})), {em.as_2d(a[1], other.shape)})"
+    return em.from_2d(code, n.shape)
 
 
-def _np_kron_sum(em, n, a):
-    c, A = n.args
-    em.helpers.add("_kron_sum")
-    return em.from_2d(f"_kron_sum({em.as_2d(a[0], c.shape)}, {em.as_2d(a[1], A.shape)}, "
-                      f"{em.dim(n.shape[0])}, {em.dim(n.shape[1])})", n.shape)
+def _np_kron_blocks(em, n, a):  # entry (i, j): C's block (i, j) : B
+    return _blocks_einsum(em, n, a, "ipjq,pq->ij", 1)
+
+
+def _np_kron_sum(em, n, a):  # Σᵢⱼ Aᵢⱼ C's block (i, j)
+    return _blocks_einsum(em, n, a, "ipjq,ij->pq", 0)
+
+
+def _fw_reduce(fn):
+    """sum/mean over everything, or along an axis of a matrix (a vector: over everything)."""
+    def emit(em, n, a):
+        X = n.args[0]
+        if X.shape == SCALAR:
+            return a[0]
+        if n.attr is None or len(em.np_shape(X.shape)) < 2:
+            return f"{em.mod}.{fn}({a[0]})"
+        return f"{em.mod}.{fn}({a[0]}, {n.attr})"
+    return emit
+
+
+_fw_sum, _fw_mean = _fw_reduce("sum"), _fw_reduce("mean")
+
+
+def _fw_norm1(em, n, a):
+    return f"{em.mod}.sum({em.mod}.abs({a[0]}))"
+
+
+def _fw_logsumexp(em, n, a):
+    X = n.args[0]
+    if X.shape == SCALAR:
+        return a[0]
+    axis = n.attr if n.attr is not None and len(em.np_shape(X.shape)) == 2 else None
+    if em.mod == "torch":
+        return f"torch.logsumexp({a[0]}.reshape(-1), 0)" if axis is None else f"torch.logsumexp({a[0]}, {axis})"
+    return f"jax.scipy.special.logsumexp({a[0]})" if axis is None else \
+        f"jax.scipy.special.logsumexp({a[0]}, {axis})"
+
+
+def _fw_softmax(em, n, a):
+    X = n.args[0]
+    if X.shape == SCALAR:
+        return f"({a[0]} * 0.0 + 1.0)"
+    axis = n.attr if n.attr is not None and len(em.np_shape(X.shape)) == 2 else 0
+    return f"torch.softmax({a[0]}, {axis})" if em.mod == "torch" else f"jax.nn.softmax({a[0]}, axis={axis})"
+
+
+def _fw_softmax_all(em, n, a):
+    flat = f"{em.mod}.reshape({a[0]}, (-1,))"
+    s = f"torch.softmax({flat}, 0)" if em.mod == "torch" else f"jax.nn.softmax({flat})"
+    return f"{em.mod}.reshape({s}, {em.shape_src(n.shape)})"
+
+
+def _fw_vec(em, n, a):
+    return f"{a[0]}.T.reshape(-1)" if len(em.np_shape(n.args[0].shape)) == 2 else a[0]
+
+
+def _fw_unvec(em, n, a):
+    if len(em.np_shape(n.shape)) < 2:
+        return a[0] if n.shape != SCALAR else em.item0(a[0])
+    r, c = n.shape
+    return f"{a[0]}.reshape(({em.dim(c)}, {em.dim(r)})).T"
+
+
+def _fw_matrix_power(em, n, a):
+    k = n.attr
+    base = a[0] if k > 0 else f"{em.mod}.linalg.inv({a[0]})"
+    return f"{em.mod}.linalg.matrix_power({base}, {abs(k)})"
 
 
 def _np_matrix_power(em, n, a):
@@ -544,76 +666,95 @@ def _cube_cost(n, size):
 
 register(Op("sum", axis_rule(False), params=("axis",), params_optional=True, jvp=_jvp_linear,
             rule="d sum(A) = sum(dA)", transpose=_t_sum, numpy=_np_axis_template(_np_sum, _np_sum_axis),
-            latex=_tex_axis("\\operatorname{sum}")))
+            latex=_tex_axis("\\operatorname{sum}"),
+            torch=_fw_sum, jax=_fw_sum))
 register(Op("mean", axis_rule(False), params=("axis",), params_optional=True, jvp=_jvp_linear,
             rule="d mean(A) = mean(dA)", transpose=_t_mean, numpy=_np_axis_template(_np_mean, _np_mean_axis),
-            latex=_tex_axis("\\operatorname{mean}"), scalar_form=lambda a: a))
+            latex=_tex_axis("\\operatorname{mean}"), scalar_form=lambda a: a,
+            torch=_fw_mean, jax=_fw_mean))
 register(Op("tr", square_to(lambda s: SCALAR), jvp=_jvp_linear, rule="d tr(A) = tr(dA)",
             transpose=lambda n, c, lin: ([(0, _ir().mul(c, _ir().eye(n.args[0].shape[0])))], "frob_trace"),
-            numpy="np.trace({0})", latex="\\operatorname{tr}", aliases=("trace", "Tr"), scalar_form=lambda a: a))
+            numpy="np.trace({0})", latex="\\operatorname{tr}", aliases=("trace", "Tr"), scalar_form=lambda a: a,
+            torch="torch.trace({0})", jax="jnp.trace({0})"))
 register(Op("det", square_to(lambda s: SCALAR), jvp=lambda e, d: _ir().mul(e, _tr_inv_dx(e.args[0], d[0])),
             rule="d det(X) = det(X) tr(X⁻¹dX)", numpy="np.linalg.det({0})", latex="\\det",
-            domain="invertible", scalar_form=lambda a: a, cost=_cube_cost))
+            domain="invertible", scalar_form=lambda a: a, cost=_cube_cost,
+            torch="torch.linalg.det({0})", jax="jnp.linalg.det({0})"))
 register(Op("logdet", square_to(lambda s: SCALAR), jvp=lambda e, d: _tr_inv_dx(e.args[0], d[0]),
             rule="d logdet(X) = tr(X⁻¹dX)", numpy="np.linalg.slogdet({0})[1]", latex="\\log\\det",
             domain="invertible", cost=_cube_cost,
-            scalar_form=lambda a: _ir().func("log", _ir().func("abs", a))))
+            scalar_form=lambda a: _ir().func("log", _ir().func("abs", a)),
+            torch="torch.linalg.slogdet({0})[1]", jax="jnp.linalg.slogdet({0})[1]"))
 register(Op("inv", square_to(lambda s: s), jvp=lambda e, d: _ir().neg(_ir().matmul(_ir().matmul(e, d[0]), e)),
             rule="d X⁻¹ = −X⁻¹ dX X⁻¹", numpy="np.linalg.inv({0})", domain="invertible", cost=_cube_cost,
             latex=lambda p, e: (f"{p.wrap(e.args[0], 7)}^{{-1}}", 6),
-            scalar_form=lambda a: _ir().div(_c(1.0), a)))
+            scalar_form=lambda a: _ir().div(_c(1.0), a),
+            torch="torch.linalg.inv({0})", jax="jnp.linalg.inv({0})"))
 register(Op("diag", _diag_rule, jvp=_jvp_linear, rule="d diag(A) = diag(dA)",
             transpose=lambda n, c, lin: ([(0, _ir().func("Diag", c))], "frob_diag"), numpy="np.diag({0})",
-            latex="\\operatorname{diag}", scalar_form=lambda a: a))
+            latex="\\operatorname{diag}", scalar_form=lambda a: a,
+            torch="torch.diagonal({0})", jax="jnp.diagonal({0})"))
 register(Op("Diag", _Diag_rule, jvp=_jvp_linear, rule="d Diag(a) = Diag(da)",
             transpose=lambda n, c, lin: ([(0, _ir().func("diag", c))], "frob_Diag"), numpy="np.diag({0})",
-            latex="\\operatorname{Diag}", scalar_form=lambda a: a))
+            latex="\\operatorname{Diag}", scalar_form=lambda a: a,
+            torch="torch.diag({0})", jax="jnp.diag({0})"))
 register(Op("norm2", to_scalar, jvp=lambda e, d: _ir().frob(_ir().div(e.args[0], e), d[0]),
             rule="d‖x‖ = (x/‖x‖):dx", numpy="_norm2({0})", helpers=("_norm2",),
-            latex=lambda p, e: (f"\\left\\|{p.p(e.args[0])[0]}\\right\\|", 7), smooth=False))
+            latex=lambda p, e: (f"\\left\\|{p.p(e.args[0])[0]}\\right\\|", 7), smooth=False,
+            torch="torch.linalg.vector_norm({0})", jax="jnp.linalg.norm({0})"))
 register(Op("norm1", to_scalar, jvp=lambda e, d: _ir().frob(_ir().func("sign", e.args[0]), d[0]),
             rule="d‖x‖₁ = sign(x):dx", numpy=lambda em, n, a: em.total(f"np.abs({a[0]})", n.args[0].shape),
-            latex=lambda p, e: (f"\\left\\|{p.p(e.args[0])[0]}\\right\\|_{{1}}", 7), smooth=False))
+            latex=lambda p, e: (f"\\left\\|{p.p(e.args[0])[0]}\\right\\|_{{1}}", 7), smooth=False,
+            torch=_fw_norm1, jax=_fw_norm1))
 register(Op("logsumexp", axis_rule(False), params=("axis",), params_optional=True, jvp=_jvp_logsumexp,
             rule="d logsumexp(X) = softmax(X):dX",
             numpy=_np_axis_template(lambda em, n, a: (em.helpers.add("_logsumexp"), f"_logsumexp({a[0]})")[1],
                                     _np_lse_axis),
-            latex=_tex_axis("\\operatorname{logsumexp}")))
+            latex=_tex_axis("\\operatorname{logsumexp}"),
+            torch=_fw_logsumexp, jax=_fw_logsumexp))
 register(Op("softmax", axis_rule(True, vector_only_without_axis=True), params=("axis",), params_optional=True,
             jvp=_jvp_softmax, rule="d softmax(x) = s∘(dx − (s:dx)1)", letter="s",
             numpy=_np_axis_template(lambda em, n, a: (em.helpers.add("_softmax"), f"_softmax({a[0]})")[1],
                                     _np_softmax_axis),
-            latex=_tex_axis("\\operatorname{softmax}")))
+            latex=_tex_axis("\\operatorname{softmax}"),
+            torch=_fw_softmax, jax=_fw_softmax))
 # softmax over every entry of a matrix: the gradient of logsumexp(X) (not user syntax)
 register(Op("softmax_all", same_shape, jvp=lambda e, d: None if d[0] is None else _ir().mul(
              e, _ir().add(d[0], _ir().neg(_ir().frob(e, d[0])))), rule="d softmax(X) = S∘(dX − (S:dX)1)",
             numpy="_softmax({0})", helpers=("_softmax",), user=False, letter="s",
             text=lambda p, e: f"exp({p.p(e.args[0])[0]} - logsumexp({p.p(e.args[0])[0]}))",
-            latex="\\operatorname{softmax}"))
+            latex="\\operatorname{softmax}",
+            torch=_fw_softmax_all, jax=_fw_softmax_all))
 register(Op("kron", _kron_rule, nargs=2, jvp=_jvp_kron, rule="d(A⊗B) = dA⊗B + A⊗dB", transpose=_t_kron,
             numpy=_np_kron, latex=lambda p, e: (f"{p.wrap(e.args[0], 3)} \\otimes {p.wrap(e.args[1], 3, True)}", 3),
-            cost=lambda n, size: size(n.shape[0]) * size(n.shape[1])))
+            cost=lambda n, size: size(n.shape[0]) * size(n.shape[1]),
+            torch=_np_kron, jax=_np_kron))
 register(Op("vec", _vec_rule, jvp=_jvp_linear, rule="d vec(X) = vec(dX)",
             transpose=lambda n, c, lin: ([(0, _ir().func("unvec", c, attr=n.args[0].shape))], "frob_vec"),
-            numpy=_np_vec, latex="\\operatorname{vec}"))
+            numpy=_np_vec, latex="\\operatorname{vec}",
+            torch=_fw_vec, jax=_fw_vec))
 register(Op("unvec", _unvec_rule, jvp=lambda e, d: None if d[0] is None else _ir().func("unvec", d[0], attr=e.shape),
             rule="d vec⁻¹(v) = vec⁻¹(dv)", user=False,
             transpose=lambda n, c, lin: ([(0, _ir().func("vec", c))], "frob_unvec"),
-            numpy=_np_unvec, latex="\\operatorname{vec}^{-1}"))
+            numpy=_np_unvec, latex="\\operatorname{vec}^{-1}",
+            torch=_fw_unvec, jax=_fw_unvec))
 register(Op("kron_blocks", _blocks_rule, nargs=2, user=False,
             jvp=lambda e, d: _sum_opt([d[0] and _ir().func("kron_blocks", d[0], e.args[1], attr=e.shape),
                                        d[1] and _ir().func("kron_blocks", e.args[0], d[1], attr=e.shape)]),
             rule="d blocks(C, B) = blocks(dC, B) + blocks(C, dB)", numpy=_np_kron_blocks,
-            latex=lambda p, e: (f"\\operatorname{{blocks}}\\left({p.p(e.args[0])[0]} : {p.p(e.args[1])[0]}\\right)", 7)))
+            latex=lambda p, e: (f"\\operatorname{{blocks}}\\left({p.p(e.args[0])[0]} : {p.p(e.args[1])[0]}\\right)", 7),
+            torch=_np_kron_blocks, jax=_np_kron_blocks))
 register(Op("kron_sum", _blocks_rule, nargs=2, user=False,
             jvp=lambda e, d: _sum_opt([d[0] and _ir().func("kron_sum", d[0], e.args[1], attr=e.shape),
                                        d[1] and _ir().func("kron_sum", e.args[0], d[1], attr=e.shape)]),
             rule="d blocksum(C, A) = blocksum(dC, A) + blocksum(C, dA)", numpy=_np_kron_sum,
-            latex=lambda p, e: (f"\\operatorname{{blocksum}}\\left({p.p(e.args[0])[0]}, {p.p(e.args[1])[0]}\\right)", 7)))
+            latex=lambda p, e: (f"\\operatorname{{blocksum}}\\left({p.p(e.args[0])[0]}, {p.p(e.args[1])[0]}\\right)", 7),
+            torch=_np_kron_sum, jax=_np_kron_sum))
 register(Op("matrix_power", _matrix_power_rule, params=("power",), jvp=_jvp_matrix_power,
             rule="d Xᵏ = Σᵢ Xⁱ dX Xᵏ⁻¹⁻ⁱ", numpy=_np_matrix_power, domain="invertible_if_negative",
             latex=lambda p, e: (f"{p.wrap(e.args[0], 7)}^{{{e.attr}}}", 6),
-            cost=lambda n, size: abs(n.attr) * size(n.shape[0]) ** 3))
+            cost=lambda n, size: abs(n.attr) * size(n.shape[0]) ** 3,
+            torch=_fw_matrix_power, jax=_fw_matrix_power))
 register(Op("size", to_scalar, params=("axis",), params_optional=True, jvp=lambda e, d: None,
             rule="d size(X) = 0", numpy="{0}", user=True))
 
@@ -703,6 +844,7 @@ _structural("d", nargs=1, text=lambda p, e: f"d({p.p(e.args[0])[0]})",
 # solve(A, B) = A⁻¹B: written by the optimiser for inv(A)@B when the inverse is needed nowhere else
 _structural("solve", nargs=2, numpy="np.linalg.solve({0}, {1})",
             cost=lambda n, size: size(n.args[0].shape[0]) ** 3 / 3
-            + size(n.args[0].shape[0]) ** 2 * size(n.args[1].shape[1]))
+            + size(n.args[0].shape[0]) ** 2 * size(n.args[1].shape[1]),
+            torch="torch.linalg.solve({0}, {1})", jax="jnp.linalg.solve({0}, {1})")
 # the root over several outputs, so that one walk sees their shared nodes once
 _structural("outputs", nargs=0)

@@ -268,9 +268,9 @@ def s_matmul(a: Expr, b: Expr) -> Expr:
     for i, f in enumerate((a, b)):  # (A⊘β)B = (AB)⊘β
         if f.op == "div" and f.args[1].shape == SCALAR and f.args[0].shape == f.shape:
             return s_div(s_matmul(f.args[0], b) if i == 0 else s_matmul(a, f.args[0]), f.args[1])
-    if b.op == "const" and a.shape[1] != 1 and b.shape[1] == 1:  # X c1 = c sum(X, 1): row sums
+    if b.op == "const" and a.shape[1] != 1 and b.shape[1] == 1 and a.op != "Diag":  # X c1 = c sum(X, 1)
         return s_mul(const(b.attr), s_func("sum", a, attr=None if a.shape[0] == 1 else 1))
-    if a.op == "const" and b.shape[0] != 1 and a.shape[0] == 1:  # c1ᵀX = c sum(X, 0): column sums
+    if a.op == "const" and b.shape[0] != 1 and a.shape[0] == 1 and b.op != "Diag":  # c1ᵀX = c sum(X, 0)
         return s_mul(const(a.attr), s_func("sum", b, attr=None if b.shape[1] == 1 else 0))
     if b.op == "matmul":  # products read left to right: A(BC) = (AB)C (codegen picks the order)
         return s_matmul(s_matmul(a, b.args[0]), b.args[1])

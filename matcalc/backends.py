@@ -1,0 +1,412 @@
+"""Code emission for PyTorch and JAX: the same optimised IR that ``codegen`` writes as
+NumPy, written with one framework's own operations only.
+
+The emitted functions call no NumPy, copy nothing to the host (no ``.item()``,
+``.cpu()``, ``.numpy()``, no Python branch on a tensor's value), read every dimension
+from ``.shape``, so they run unchanged on GPU tensors and under ``jax.jit``.
+Vectors are 1-D tensors, matrices 2-D, as in the NumPy code; a scalar argument may be
+a Python float or a 0-d tensor.  Every ``inv``, ``solve``, ``logdet`` and ``det`` of
+one matrix shares one LU factorisation (``torch.linalg.lu_factor`` /
+``jax.scipy.linalg.lu_factor``), and the stable forms of the NumPy code are kept
+(log-space softplus and sigmoid, shifted logsumexp and softmax).
+
+Each operator's torch and jax emission is a field of its registry entry (``ops``);
+``TORCH_TEMPLATES`` and ``JAX_TEMPLATES`` are views of them.
+"""
+from __future__ import annotations
+
+import re
+
+from . import codegen
+from .codegen import FACTOR_OPS, factor_base, np_shape, sanitize
+from .errors import DeriveError
+from .ir import SCALAR, Expr
+from .ops import REGISTRY
+
+BACKENDS = ("numpy", "torch", "jax")
+EXTRAS = {"torch": "torch", "jax": "jax"}  # backend -> the pip extra that installs it
+
+# every operator's torch and jax emission lives in its registry entry (ops.REGISTRY): a
+# template of its arguments' code, or a function (emitter, node, codes) -> code
+TORCH_TEMPLATES = {name: op.torch for name, op in REGISTRY.items() if op.torch is not None}
+JAX_TEMPLATES = {name: op.jax for name, op in REGISTRY.items() if op.jax is not None}
+
+# the module prefix each backend's code may use; the static check looks for any other
+PRELUDE = {"torch": "import torch\n", "jax": "import jax\nimport jax.numpy as jnp\nimport jax.scipy.linalg\nimport jax.scipy.special\n"}
+
+HELPERS = {
+    "torch": {
+        "_over_norm": '''def _over_norm(a, n):
+    # a / ‖x‖, and 0 where ‖x‖ = 0 (the least-norm subgradient there); no branch on a value
+    pos = n > 0
+    return torch.where(pos, a / torch.where(pos, n, torch.ones_like(n)), torch.zeros_like(a))
+''',
+        "_lu": '''def _lu(a):
+    return torch.linalg.lu_factor(a)
+
+
+def _lu_solve(lu, b, transposed=False):
+    """solve(a, b), or solve(a.T, b) if transposed, from the factors of a."""
+    if b.dim() == 1:
+        return torch.linalg.lu_solve(lu[0], lu[1], b[:, None], adjoint=transposed)[:, 0]
+    return torch.linalg.lu_solve(lu[0], lu[1], b, adjoint=transposed)
+
+
+def _lu_inv(lu):
+    f = lu[0]
+    return torch.linalg.lu_solve(f, lu[1], torch.eye(f.shape[0], dtype=f.dtype, device=f.device))
+
+
+def _lu_logdet(lu):
+    return torch.sum(torch.log(torch.abs(torch.diagonal(lu[0]))))
+
+
+def _lu_det(lu):
+    f, piv = lu
+    swaps = torch.sum(piv != torch.arange(1, piv.shape[0] + 1, device=piv.device, dtype=piv.dtype))
+    return (1 - 2 * (swaps % 2)).to(f.dtype) * torch.prod(torch.diagonal(f))
+''',
+    },
+    "jax": {
+        "_over_norm": '''def _over_norm(a, n):
+    # a / ‖x‖, and 0 where ‖x‖ = 0 (the least-norm subgradient there); no branch on a value
+    pos = n > 0
+    return jnp.where(pos, a / jnp.where(pos, n, 1.0), jnp.zeros_like(a))
+''',
+        "_lu": '''def _lu(a):
+    return jax.scipy.linalg.lu_factor(a)
+
+
+def _lu_solve(lu, b, transposed=False):
+    """solve(a, b), or solve(a.T, b) if transposed, from the factors of a."""
+    return jax.scipy.linalg.lu_solve(lu, b, trans=1 if transposed else 0)
+
+
+def _lu_inv(lu):
+    f = lu[0]
+    return jax.scipy.linalg.lu_solve(lu, jnp.eye(f.shape[0], dtype=f.dtype))
+
+
+def _lu_logdet(lu):
+    return jnp.sum(jnp.log(jnp.abs(jnp.diagonal(lu[0]))))
+
+
+def _lu_det(lu):
+    f, piv = lu
+    swaps = jnp.sum(piv != jnp.arange(piv.shape[0]))
+    return jnp.where(swaps % 2 == 1, -1.0, 1.0) * jnp.prod(jnp.diagonal(f))
+''',
+    },
+}
+
+# in place where the result is a new matrix nothing else reads; only functions whose derivative
+# torch computes from the result, so the code stays differentiable (second derivatives through
+# matcalc.op in torch)
+IN_PLACE_TORCH = ("exp", "sqrt", "tanh", "expm1", "sigmoid")
+FORBIDDEN = re.compile(r"\bnp\.|(?<!jax\.)\bnumpy\b|\.item\(|\.cpu\(|\.numpy\(|\.tolist\(|\bfloat\(|\bmath\.")
+
+
+def check_backend(backend: str) -> str:
+    """The backend name, or a DeriveError naming the choices."""
+    if not isinstance(backend, str) or backend not in BACKENDS:
+        raise DeriveError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    return backend
+
+
+def require(backend: str):
+    """Import the framework of a backend, or say which extra installs it."""
+    check_backend(backend)
+    if backend == "numpy":
+        import numpy
+        return numpy
+    try:
+        if backend == "torch":
+            import torch
+            return torch
+        import jax
+        import jax.numpy  # noqa: F401
+        import jax.scipy.linalg  # noqa: F401
+        import jax.scipy.special  # noqa: F401
+        return jax
+    except ImportError:
+        raise DeriveError(f"the {backend} backend needs {backend}, which is not installed: "
+                          f"pip install \"matcalc-diff[{EXTRAS[backend]}]\"") from None
+
+
+class FrameworkEmitter(codegen.Emitter):
+    """The NumPy emitter's DAG walk (temporaries, shared LU factors, negated terms) with
+    every operation written for torch or jax."""
+
+    def __init__(self, backend: str, params: dict, dim_source: dict, ref: str | None):
+        super().__init__(params, dim_source)
+        self.backend = backend
+        self.ref = ref  # an array parameter whose dtype (and device) new arrays take
+        self.mod = "torch" if backend == "torch" else "jnp"
+
+    # ---- new arrays, on the arguments' device and of their dtype
+    def _like(self) -> str:
+        if self.ref is None:  # only scalar arguments: Python floats are doubles
+            return ", dtype=torch.float64" if self.backend == "torch" else ""
+        if self.backend == "torch":
+            return f", dtype={self.ref}.dtype, device={self.ref}.device"
+        return f", dtype={self.ref}.dtype"
+
+    def full(self, shape, value: float) -> str:
+        return f"{self.mod}.full({self.shape_src(shape)}, {value!r}{self._like()})"
+
+    def factored(self, n: Expr, a: list):
+        base, transposed = factor_base(n)
+        if len(self.lu_users[base]) < 2:
+            return None  # one use: the framework's own function factorises once anyway
+        if base not in self.lu_names:
+            self.helpers.add("_lu")
+            name = self.new_temp()
+            self.lines.append(f"{name} = _lu({self.code[base]})")
+            self.lu_names[base] = name
+        lu = self.lu_names[base]
+        if n.op == "inv":
+            return f"_lu_inv({lu})" + (".T" if transposed else "")
+        if n.op == "solve":
+            return f"_lu_solve({lu}, {a[1]}" + (", True)" if transposed else ")")
+        return f"_lu_logdet({lu})" if n.op == "logdet" else f"_lu_det({lu})"
+
+    def scalar_arg(self, n: Expr, code: str) -> str:
+        """A constant scalar as a tensor (framework functions do not take Python floats)."""
+        if n.op == "const" and n.shape == SCALAR and self.backend == "torch":
+            return f"torch.tensor({code}{self._like()})"
+        return code
+
+    def node(self, n: Expr, a: list) -> str:  # noqa: C901 - one branch per operator
+        op, m, be = n.op, self.mod, self.backend
+        if op in FACTOR_OPS:
+            s = self.factored(n, a)
+            if s is not None:
+                return s
+        if op == "sym":
+            return self.params[n.attr]
+        if op == "const":
+            v = float(n.attr)
+            return repr(v) if n.shape == SCALAR else self.full(n.shape, v)
+        if op == "eye":
+            return f"{m}.eye({self.dim(n.shape[0])}{self._like()})"
+        if op == "add":
+            pairs = list(zip(n.args, a))
+            first = next((i for i, (t, _) in enumerate(pairs) if self.negated(t) is None), 0)
+            pairs.insert(0, pairs.pop(first))
+            out = pairs[0][1]
+            for t, code in pairs[1:]:
+                neg = self.negated(t)
+                out += f" - {neg}" if neg is not None else f" + {code}"
+            return "(" + out + ")"
+        if op == "mul":
+            if n.args[0].op == "const" and n.args[0].attr == -1.0:
+                rest = a[1:]
+                return "(-" + (rest[0] if len(rest) == 1 else "(" + " * ".join(rest) + ")") + ")"
+            return "(" + " * ".join(a) + ")"
+        if op == "div":
+            den = n.args[1]
+            if den.op == "norm2":
+                self.helpers.add("_over_norm")
+                return f"_over_norm({a[0]}, {a[1]})"
+            if den.op == "mul" and any(f.op == "norm2" for f in den.args):
+                k = next(i for i, f in enumerate(den.args) if f.op == "norm2")
+                rest = [self.code[f] for i, f in enumerate(den.args) if i != k]
+                self.helpers.add("_over_norm")
+                return f"_over_norm(({a[0]} / {' / '.join(rest)}), {self.code[den.args[k]]})"
+            return f"({a[0]} / {a[1]})"
+        if op == "pow":
+            k = n.args[1]
+            x = self.scalar_arg(n.args[0], a[0])
+            if k.op == "const":
+                if k.attr == 2.0:
+                    return f"{m}.square({x})"
+                if k.attr == 0.5:
+                    return f"{m}.sqrt({x})"
+                if k.attr == -1.0:
+                    return f"(1.0 / {a[0]})"
+            return f"{m}.pow({x}, {a[1]})" if be == "torch" else f"jnp.power({x}, {a[1]})"
+        if op == "matmul":
+            x, y = n.args
+            if x.shape[1] == 1:  # inner size 1: a scaling or an outer product
+                if x.shape == SCALAR or y.shape == SCALAR:
+                    return f"({a[0]} * {a[1]})"
+                return f"{m}.outer({a[0]}, {a[1]})"
+            if x.op == "Diag" and len(np_shape(y.shape)) == 2:
+                return f"({self.code[x.args[0]]}[:, None] * {a[1]})"
+            if y.op == "Diag" and len(np_shape(x.shape)) >= 1:
+                return f"({a[0]} * {self.code[y.args[0]]})"
+            if x.op == "Diag" and len(np_shape(y.shape)) == 1:
+                return f"({self.code[x.args[0]]} * {a[1]})"
+            if x.op == "T" and len(np_shape(y.shape)) == 1 and (
+                    x not in self.temps or self.code[x.args[0]].isidentifier()):
+                return f"({a[1]} @ {self.code[x.args[0]]})"  # Aᵀv = vA: no transposed operand
+            return f"({a[0]} @ {a[1]})"
+        if op == "T":
+            return f"{a[0]}.T" if len(np_shape(n.shape)) == 2 else a[0]
+        if op == "frob":
+            x, y = n.args
+            if y.op == "const" and x.op == "const":
+                dims = [self.dim(d) for d in np_shape(x.shape)]
+                return "(" + " * ".join([repr(float(x.attr * y.attr))] + dims) + ")"
+            if y.op == "const" or x.op == "const":
+                c, other = (y.attr, a[0]) if y.op == "const" else (x.attr, a[1])
+                total = f"{m}.sum({other})" if x.shape != SCALAR else other
+                return total if c == 1.0 else f"({c!r} * {total})"
+            if x.shape == SCALAR:
+                return f"({a[0]} * {a[1]})"
+            if len(np_shape(x.shape)) == 1:
+                return f"({a[0]} @ {a[1]})"
+            if be == "torch":
+                return f"torch.sum({a[0]} * {a[1]})"
+            return f"jnp.vdot({a[0]}, {a[1]})"
+        if op in ("sum", "tr", "mean") and n.args[0].shape == SCALAR:
+            return a[0]
+        if op == "dim":
+            return self.dim(n.attr)
+        if op == "step" and self.bool_ok.get(n):
+            return f"({a[0]} > 0.0)"  # a factor of a product: the boolean mask is enough
+        if (be == "torch" and op in IN_PLACE_TORCH
+                and self.fresh_matrix(n.args[0], a[0])):
+            name = self.new_temp()  # a new matrix nothing else reads: overwrite it
+            self.lines += [f"{name} = {a[0]}", f"{name}.{op}_()"]
+            return name
+        spec = REGISTRY.get(op)
+        tpl = getattr(spec, be, None) if spec is not None else None
+        if tpl is None:
+            raise DeriveError(f"the {be} backend cannot emit the operation {op!r}")
+        if callable(tpl):
+            return tpl(self, n, a)
+        return tpl.format(*(self.scalar_arg(x, c) for x, c in zip(n.args, a)))
+
+    def item0(self, code: str) -> str:
+        return f"{code}.reshape(-1)[0]"  # stays a 0-d tensor: no copy to the host
+
+
+def function_source(backend: str, fname: str, outputs: list, param_names: list, syms: dict,
+                    doc: str = "", returns=None) -> tuple:
+    """Source of ``def fname(*, <params>)`` for torch or jax; like
+    ``codegen.function_source`` (same arguments, same optimisations)."""
+    from .optimize import optimize
+
+    params = sanitize(param_names)
+    dim_source = {}
+    ref = None
+    for name in param_names:
+        shape = np_shape(syms[name].shape)
+        if shape and ref is None:
+            ref = params[name]
+        for axis, d in enumerate(shape):
+            if isinstance(d, str):
+                dim_source.setdefault(d, (params[name], axis))
+    em = FrameworkEmitter(backend, params, dim_source, ref)
+    results = em.emit(optimize(list(outputs)))
+    head = [f"def {fname}(*, {', '.join(params[p] for p in param_names)}):"]
+    if doc:
+        safe = not any(ch in doc for ch in "\\\"'\n")
+        head.append('    """' + doc + '"""' if safe else "    " + repr(doc))
+    if backend == "torch":  # scalars as 0-d tensors of the arrays' dtype, on their device
+        like = f", dtype={ref}.dtype, device={ref}.device" if ref else ""
+        for name in param_names:
+            if syms[name].shape == SCALAR:
+                p = params[name]
+                if ref:
+                    head.append(f"    {p} = torch.as_tensor({p}{like})")
+                else:  # only scalars: a Python float is a double
+                    head.append(f"    {p} = {p} if torch.is_tensor({p}) else torch.tensor({p}, dtype=torch.float64)")
+    body = ["    " + line for line in em.lines]
+    results = [_as_array(backend, r, ref) for r in results]
+    ret = results[0] if len(results) == 1 else "(" + ", ".join(results) + ")"
+    if returns is not None:
+        ret = returns(results)
+    body.append(f"    return {ret}")
+    text = "\n".join(body)
+    for dname, pname, axis in em.dims_needed.values():
+        if re.search(rf"\b{dname}\b", text):
+            head.append(f"    {dname} = {pname}.shape[{axis}]")
+    helpers = "".join(HELPERS[backend][h] + "\n\n" for h in sorted(em.helpers))
+    return helpers + "\n".join(head + body) + "\n", params
+
+
+def _as_array(backend: str, code: str, ref) -> str:
+    """A result that is a number (a constant gradient) as a 0-d array of the framework."""
+    try:
+        float(code.strip("()"))
+    except ValueError:
+        return code
+    if backend == "torch":
+        like = f"dtype={ref}.dtype, device={ref}.device" if ref else "dtype=torch.float64"
+        return f"torch.as_tensor({code}, {like})"
+    return f"jnp.asarray({code})"
+
+
+def module_source(backend: str, functions: list) -> str:
+    """A complete importable module (torch or jax) with the given function sources."""
+    src = codegen.module_source(functions)
+    return PRELUDE[backend] + src[len("import numpy as np\n"):]
+
+
+def compile_function(backend: str, source: str, fname: str):
+    """Compile emitted source (matcalc's own output, never user text) into a function."""
+    namespace: dict = {}
+    fw = require(backend)
+    if backend == "torch":
+        namespace["torch"] = fw
+    else:
+        import jax.numpy as jnp
+
+        namespace.update(jax=fw, jnp=jnp)
+    code = compile(source, f"<matcalc:{backend}:{fname}>", "exec")
+    exec(code, namespace)  # noqa: S102 - the source is matcalc's own output
+    return namespace[fname]
+
+
+def host_calls(source: str) -> list:
+    """Lines of emitted torch/jax source that would call NumPy or copy to the host."""
+    code = [line for line in source.splitlines()
+            if not line.strip().startswith(('"""', "'", "#"))]  # docstrings quote the user's text
+    return [line for line in code if FORBIDDEN.search(line)]
+
+
+class BackendFunction:
+    """A torch or jax function compiled from emitted source; takes every symbol as a
+    keyword tensor (vectors 1-D, matrices 2-D, scalars 0-d or Python floats)."""
+
+    def __init__(self, backend: str, source: str, fname: str, params: dict, user_shapes: dict):
+        self.backend = backend
+        self.source = source
+        self.name = fname
+        self.params = params
+        self.user_shapes = user_shapes
+        self.emitted = compile_function(backend, source, fname)
+        self._same_names = all(k == v for k, v in params.items())
+
+    def __repr__(self):
+        return f"<matcalc {self.backend} function {self.name}({', '.join(self.params)})>"
+
+    def __call__(self, /, **kwargs):
+        missing = [n for n in self.params if n not in kwargs]
+        if missing:
+            raise TypeError(f"{self.name}() is missing the argument(s) {', '.join(missing)}")
+        unknown = [n for n in kwargs if n not in self.params]
+        if unknown:
+            raise TypeError(f"{self.name}() got unexpected argument(s) {', '.join(unknown)}; "
+                            f"it takes {', '.join(self.params)}")
+        if self.backend == "torch" and any(type(v).__module__ == "numpy" for v in kwargs.values()):
+            kwargs = self._from_numpy(kwargs)
+        if self._same_names:
+            return self.emitted(**kwargs)
+        return self.emitted(**{self.params[k]: v for k, v in kwargs.items()})
+
+    def _from_numpy(self, kwargs):
+        """NumPy arrays as CPU tensors (shared memory), NumPy scalars as floats."""
+        import numpy as np
+        import torch
+
+        out = {}
+        for k, v in kwargs.items():
+            if isinstance(v, np.ndarray):
+                v = torch.from_numpy(np.asarray(v, dtype=float) if v.dtype.kind != "f" else v)
+            elif isinstance(v, np.generic):
+                v = float(v)
+            out[k] = v
+        return out

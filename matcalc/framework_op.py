@@ -1,0 +1,145 @@
+"""``matcalc.op``: an expression as a PyTorch or JAX operation whose backward is
+matcalc's derived vector-Jacobian product.
+
+For an output F (a scalar or an array) and a cotangent G of F's shape, the VJP with
+respect to an input X is the gradient of the scalar G:F, which ``derive`` gives in
+closed form; one emitted function computes it for every input at once (shared
+intermediates computed once), and the forward is the emitted function of F.  The
+backward is used by ``torch.autograd`` (a ``torch.autograd.Function``) and by
+``jax.grad`` / ``jax.vjp`` (a ``jax.custom_vjp``).  The backward is made of the framework's
+own operations, so reverse-mode second derivatives go through it (torch's double backward,
+``jax.jacrev(jax.grad(f))``); jax's forward mode (``jax.jvp``, ``jax.hessian``) does not
+apply to a ``custom_vjp``.
+"""
+from __future__ import annotations
+
+from . import backends
+from .errors import DeriveError
+
+
+def _cotangent_name(taken) -> str:
+    """A name for the cotangent that no user symbol or definition uses."""
+    name = "G_cot"
+    while name in taken:
+        name += "_"
+    return name
+
+
+def _user_shape(shape) -> tuple:
+    r, c = shape
+    if (r, c) == (1, 1):
+        return ()
+    return (r,) if c == 1 else (r, c)
+
+
+class MatcalcOp:
+    """A function of keyword tensors computing ``expr``; differentiable by the
+    framework, with matcalc's derived VJP as its backward."""
+
+    def __init__(self, expr: str, backend: str, shapes=None, definitions=None):
+        from .api import _typed_any, derive
+        from .codegen import sanitize
+        from .simplify import simplify, stabilize
+
+        if backends.check_backend(backend) == "numpy":
+            raise DeriveError("matcalc.op needs backend='torch' or backend='jax' (NumPy has no autodiff)")
+        backends.require(backend)
+        if not isinstance(expr, str) and type(expr).__module__.startswith("sympy"):
+            from .sympy_bridge import from_sympy
+
+            expr, _, shapes = from_sympy(expr, [], shapes)
+        typed = _typed_any(expr, shapes, definitions)
+        self.expr, self.backend = expr, backend
+        self.names = list(typed.user_shapes)
+        self.user_shapes = dict(typed.user_shapes)
+        self.out_shape = _user_shape(typed.expr.shape)
+        taken = set(self.names) | set(definitions or {})
+        self.cotangent = gname = _cotangent_name(taken)
+        vshapes = dict(self.user_shapes)
+        vshapes[gname] = self.out_shape
+        self.derivations = derive(f"{gname}:({expr})", wrt=self.names, shapes=vshapes,
+                                  definitions=definitions)
+        first = self.derivations[self.names[0]]
+        fwd_src, fparams = backends.function_source(
+            backend, "forward", [simplify(stabilize(typed.expr))], self.names, typed.symbols,
+            f"the value of {expr}")
+        vjp_names = self.names + [gname]
+        vjp_src, vparams = backends.function_source(
+            backend, "vjp", [self.derivations[n].gradient for n in self.names], vjp_names, first.symbols,
+            f"the gradients of {gname}:F for every input, F = {expr}",
+            returns=lambda rs: "(" + ", ".join(rs) + ("," if len(rs) == 1 else "") + ")")
+        self.source = backends.module_source(backend, [fwd_src, vjp_src])
+        self._forward = backends.compile_function(backend, self.source, "forward")
+        self._vjp = backends.compile_function(backend, self.source, "vjp")
+        self._fparams = [fparams[n] for n in self.names]
+        self._vparams = [vparams[n] for n in vjp_names]
+        assert sanitize(vjp_names)[gname] == vparams[gname]
+        self._fn = self._build_torch() if backend == "torch" else self._build_jax()
+
+    def forward(self, *args):
+        return self._forward(**dict(zip(self._fparams, args)))
+
+    def vjp(self, args, g):
+        return self._vjp(**dict(zip(self._vparams, list(args) + [g])))
+
+    def _build_torch(self):
+        import torch
+
+        op = self
+
+        class Function(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, *args):
+                tensors = [a if torch.is_tensor(a) else None for a in args]
+                ctx.save_for_backward(*tensors)
+                ctx.others = [None if torch.is_tensor(a) else a for a in args]
+                return op.forward(*args)
+
+            @staticmethod
+            def backward(ctx, g):
+                args = [t if t is not None else o for t, o in zip(ctx.saved_tensors, ctx.others)]
+                grads = op.vjp(args, g)
+                return tuple(gr if need else None for gr, need in zip(grads, ctx.needs_input_grad))
+
+        Function.__name__ = Function.__qualname__ = "MatcalcFunction"
+        return Function.apply
+
+    def _build_jax(self):
+        import jax
+
+        op = self
+
+        @jax.custom_vjp
+        def f(*args):
+            return op.forward(*args)
+
+        def f_fwd(*args):
+            return op.forward(*args), args
+
+        def f_bwd(args, g):
+            grads = op.vjp(args, g)
+            return tuple(jax.numpy.reshape(gr, jax.numpy.shape(a)).astype(jax.numpy.result_type(a))
+                         for gr, a in zip(grads, args))
+
+        f.defvjp(f_fwd, f_bwd)
+        return f
+
+    def __call__(self, /, **kwargs):
+        missing = [n for n in self.names if n not in kwargs]
+        if missing:
+            raise TypeError(f"op({self.expr}) is missing the argument(s) {', '.join(missing)}")
+        unknown = [n for n in kwargs if n not in self.names]
+        if unknown:
+            raise TypeError(f"op({self.expr}) got unexpected argument(s) {', '.join(unknown)}; "
+                            f"it takes {', '.join(self.names)}")
+        return self._fn(*[kwargs[n] for n in self.names])
+
+    def __repr__(self):
+        return f"<matcalc {self.backend} op {self.expr} ({', '.join(self.names)})>"
+
+
+def op(expr: str, backend: str = "torch", shapes: dict | None = None,
+       definitions: dict | None = None) -> MatcalcOp:
+    """``expr`` (a scalar or an array) as a function of keyword tensors of ``backend``
+    ("torch" or "jax") whose backward is matcalc's derived VJP for every input."""
+    return MatcalcOp(expr, backend, shapes, definitions)

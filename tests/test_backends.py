@@ -1,0 +1,341 @@
+"""The torch and jax backends: the same gradients as the NumPy code (itself checked against
+finite differences and the corpus references), framework ops only, clear refusals."""
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import matcalc
+from conftest import case_inputs, load_corpus, np_eval
+from support.exprgen import expressions
+from support.fd import rel_error as rel_err
+from matcalc.backends import host_calls
+
+CASES = load_corpus()
+IDS = [c["id"] for c in CASES]
+EXTRA = [  # the factorisation, stable forms and norms, beyond the corpus
+    ("0.5*logdet(S) + 0.5*(x-mu).T@inv(S)@(x-mu) + det(S)", "S",
+     {"S": ("n", "n"), "x": ("n",), "mu": ("n",)}, {"S": "spd"}),
+    ("logsumexp(W@x) + sum(softmax(W@x)*y) + norm2(W@x) + norm1(W)", "W", {"y": ("a",)}, {}),
+    ("sum(log(1+exp(-y*(X@w)))) + sum(sigmoid(X@w)) + sum(relu(X@w)) + sum(abs(X@w))", "w", {}, {}),
+    ("tr(inv(A)@B) + sum(diag(A)*v) + sum(Diag(v)@B) + sum(sqrt(A*A + 1))", "A", {"B": ("n", "n")}, {"A": "spd"}),
+    ("alpha*sum(exp(W@x)) + alpha**2 + sum(sin(W)**3 + cos(W)/2 + tanh(W)*sign(W))", "alpha", {}, {}),
+    ("sum(p - q@softmax(w))", "w", {}, {}),  # the sum of a vector of ones
+]
+
+
+def _frameworks():
+    out = []
+    for name in ("torch", "jax"):
+        try:
+            __import__(name)
+            out.append(name)
+        except ImportError:
+            pass
+    return out
+
+
+INSTALLED = _frameworks()
+if "jax" in INSTALLED:  # the jax tests run in float64, as NumPy does
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+
+
+def to_framework(backend, inputs):
+    if backend == "torch":
+        import torch
+
+        return {k: torch.tensor(v, dtype=torch.float64) if isinstance(v, np.ndarray) else v
+                for k, v in inputs.items()}
+    import jax
+    import jax.numpy as jnp
+
+    jax.config.update("jax_enable_x64", True)
+    return {k: jnp.asarray(v) if isinstance(v, np.ndarray) else v for k, v in inputs.items()}
+
+
+def to_numpy(backend, value):
+    if backend == "torch":
+        return value.detach().numpy()
+    return np.asarray(value)
+
+
+def extra_inputs(d, domains, seed=0):
+    from matcalc.check import draw
+
+    rng = np.random.default_rng(seed)
+    sizes = {}
+    out = {}
+    for name, shape in d.user_shapes.items():
+        conc = tuple(sizes.setdefault(x, 3 + len(sizes)) if isinstance(x, str) else x for x in shape)
+        out[name] = draw(conc, domains.get(name, "normal"), rng)
+    return out
+
+
+# ---- static: framework ops only (needs neither torch nor jax)
+
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_sources_call_no_numpy_and_copy_nothing_to_the_host(backend):
+    for case in CASES:
+        d = matcalc.derive(case["expr"], wrt=case["wrt"], shapes=case["shapes"])
+        src = d.source(backend)
+        assert host_calls(src) == [], (case["id"], src)
+        assert "import numpy" not in src
+    for expr, wrt, shapes, _ in EXTRA:
+        src = matcalc.derive(expr, wrt=wrt, shapes=shapes).source(backend)
+        assert host_calls(src) == [] and not re.search(r"\bnp\.", src), src
+
+
+def test_the_static_check_sees_host_calls():
+    assert host_calls("    return x.cpu()\n    y = np.exp(x)\n    t = z.item()\n    w = a.numpy()")
+    assert len(host_calls("    return x.cpu()\n    y = np.exp(x)\n    t = z.item()\n    w = a.numpy()")) == 4
+
+
+def test_shared_factorisation_and_stable_forms_in_the_source():
+    d = matcalc.derive("logdet(S)*det(S)", wrt="S")  # G = det(S)(logdet(S) + 1) S⁻ᵀ
+    t = d.source("torch").split("def grad_S")[1]
+    assert t.count("_lu(S)") == 1 and "torch.linalg.inv(" not in t and "torch.linalg.det(" not in t
+    assert "torch.linalg.lu_factor" in d.source("torch")
+    j = d.source("jax").split("def grad_S")[1]
+    assert j.count("_lu(S)") == 1 and "jnp.linalg.inv(" not in j
+    assert "jax.scipy.linalg.lu_factor" in d.source("jax")
+    soft = matcalc.derive("sum(log(1+exp(X@w)))", wrt="w")  # σ, not exp/(1+exp)
+    assert "torch.sigmoid(" in soft.source("torch") and "jax.nn.sigmoid(" in soft.source("jax")
+    lse = matcalc.derive("logsumexp(W@x)", wrt="x")  # a shifted softmax
+    assert "torch.softmax(" in lse.source("torch") and "jax.nn.softmax(" in lse.source("jax")
+    lse = matcalc.derive("logsumexp(W@x) + norm2(x)", wrt="W")
+    assert "torch.logsumexp(" in matcalc.derive("exp(logsumexp(X))", wrt="X").source("torch")
+
+
+def test_every_registry_entry_emits_for_numpy_torch_and_jax():
+    from matcalc.backends import JAX_TEMPLATES, TORCH_TEMPLATES
+    from matcalc.ops import REGISTRY
+
+    numpy_ops = {name for name, op in REGISTRY.items() if op.numpy is not None and name != "size"}
+    assert numpy_ops <= set(TORCH_TEMPLATES)
+    assert numpy_ops <= set(JAX_TEMPLATES)
+    for tpl in list(TORCH_TEMPLATES.values()) + list(JAX_TEMPLATES.values()):
+        if isinstance(tpl, str):
+            assert host_calls("    y = " + tpl.format("x", "y")) == []
+
+
+def test_numpy_backend_is_the_numpy_source():
+    d = matcalc.derive("G:exp(X@W)", wrt="X")
+    assert d.source() == d.source("numpy") == d.numpy_source
+    assert d.callable() is d.function
+
+
+def test_unknown_backend_is_refused():
+    d = matcalc.derive("G:exp(X@W)", wrt="X")
+    for bad in ("tensorflow", "Torch", 3):
+        with pytest.raises(matcalc.MatcalcError, match="unknown backend"):
+            d.source(bad)
+        with pytest.raises(matcalc.MatcalcError, match="unknown backend"):
+            d.callable(bad)
+    with pytest.raises(matcalc.MatcalcError, match="unknown backend"):
+        matcalc.op("exp(X)", backend="mxnet")
+    with pytest.raises(matcalc.MatcalcError, match="torch.*or.*jax"):
+        matcalc.op("exp(X)", backend="numpy")
+
+
+def test_missing_framework_names_the_extra(monkeypatch):
+    import builtins
+
+    real = builtins.__import__
+
+    def no_frameworks(name, *a, **k):
+        if name.split(".")[0] in ("torch", "jax"):
+            raise ImportError(f"No module named {name!r}")
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", no_frameworks)
+    d = matcalc.derive("G:exp(X@W)", wrt="X")
+    assert "torch" in d.source("torch")  # the source needs no framework
+    for be in ("torch", "jax"):
+        with pytest.raises(matcalc.MatcalcError, match=rf'pip install "matcalc-diff\[{be}\]"'):
+            d.callable(be)
+        with pytest.raises(matcalc.MatcalcError, match=rf"matcalc-diff\[{be}\]"):
+            matcalc.op("exp(X)", backend=be)
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "matcalc", *args], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONIOENCODING": "utf-8"})
+
+
+def test_cli_backend():
+    r = _cli("derive", "G:exp(X@W)", "--wrt", "X", "--code", "--backend", "jax")
+    assert r.returncode == 0 and "def grad_X" in r.stdout and "jnp.exp" in r.stdout and not re.search(r"\bnp\.", r.stdout)
+    r = _cli("derive", "G:exp(X@W)", "--wrt", "X", "--code", "--backend", "torch")
+    assert r.returncode == 0 and "import torch" in r.stdout
+    r = _cli("derive", "G:exp(X@W)", "--wrt", "X", "--code", "--backend", "tf")
+    assert r.returncode == 2 and "unknown backend 'tf'" in r.stderr and "Traceback" not in r.stderr
+    r = _cli("derive", "G:exp(X@W)", "--wrt", "X", "--backend", "jax")
+    assert r.returncode == 2 and "--code" in r.stderr
+
+
+# ---- numerics: needs the framework
+
+def _backend_params():
+    return [pytest.param(b, marks=pytest.mark.skipif(b not in INSTALLED, reason=f"{b} not installed"))
+            for b in ("torch", "jax")]
+
+
+@pytest.mark.parametrize("backend", _backend_params())
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_corpus_gradients_agree_with_the_reference(backend, case):
+    d = matcalc.derive(case["expr"], wrt=case["wrt"], shapes=case["shapes"])
+    f = d.callable(backend)
+    inputs = case_inputs(case, 0)
+    got = to_numpy(backend, f(**to_framework(backend, inputs)))
+    want = np.asarray(np_eval(case["reference"], inputs), dtype=float)
+    assert got.shape == want.shape
+    assert rel_err(got, want) < 1e-9, (d.text, f.source)
+
+
+@pytest.mark.filterwarnings("error::UserWarning")  # e.g. torch's warning on torch.tensor(a tensor)
+@pytest.mark.parametrize("backend", _backend_params())
+@pytest.mark.parametrize("expr,wrt,shapes,domains", EXTRA)
+def test_extra_forms_agree_with_numpy_and_run_under_jit(backend, expr, wrt, shapes, domains):
+    d = matcalc.derive(expr, wrt=wrt, shapes=shapes)
+    inputs = extra_inputs(d, domains)
+    want = d.function(**inputs)
+    f = d.callable(backend)
+    if backend == "jax":
+        import jax
+
+        f = jax.jit(f)
+    got = to_numpy(backend, f(**to_framework(backend, inputs)))
+    assert rel_err(got, want) < 1e-9, d.source(backend)
+
+
+@pytest.mark.parametrize("backend", _backend_params())
+def test_numpy_arrays_are_accepted(backend):
+    d = matcalc.derive("alpha*sum(exp(W@x))", wrt="W")
+    rng = np.random.default_rng(4)
+    inputs = dict(W=rng.standard_normal((3, 4)), x=rng.standard_normal(4), alpha=np.float64(0.5))
+    got = to_numpy(backend, d.callable(backend)(**inputs))
+    assert rel_err(got, 0.5 * np.outer(np.exp(inputs["W"] @ inputs["x"]), inputs["x"])) < 1e-12
+    with pytest.raises(TypeError, match="missing.*alpha"):
+        d.callable(backend)(W=inputs["W"], x=inputs["x"])
+    with pytest.raises(TypeError, match="unexpected.*beta"):
+        d.callable(backend)(**inputs, beta=1.0)
+
+
+@pytest.mark.parametrize("backend", _backend_params())
+def test_float32_stays_float32(backend):
+    d = matcalc.derive("alpha*sum(exp(W@x)) + logdet(S) + sum(inv(S)@x)", wrt="S", shapes={"W": ("n", "n")})
+    inputs = extra_inputs(d, {"S": "spd"})
+    fw = to_framework(backend, inputs)
+    if backend == "torch":
+        import torch
+        fw = {k: v.float() if torch.is_tensor(v) else v for k, v in fw.items()}
+        out = d.callable(backend)(**fw)
+        assert out.dtype == torch.float32
+    else:
+        import jax.numpy as jnp
+        fw = {k: v.astype(jnp.float32) if hasattr(v, "astype") else v for k, v in fw.items()}
+        out = d.callable(backend)(**fw)
+        assert out.dtype == jnp.float32
+    assert rel_err(to_numpy(backend, out).astype(float), d.function(**inputs)) < 1e-4
+
+
+@pytest.mark.parametrize("backend", _backend_params())
+@settings(max_examples=20, derandomize=True, database=None, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                 HealthCheck.filter_too_much, HealthCheck.function_scoped_fixture])
+@given(case=expressions(), seed=st.integers(0, 2**32 - 1))
+def test_random_expressions_agree_with_numpy(backend, case, seed):
+    inputs = case.draw_inputs(np.random.default_rng(seed))
+    for w in case.wrt:
+        d = matcalc.derive(case.expr, wrt=w, shapes=case.shapes)
+        want = d.function(**inputs)
+        src = d.source(backend)
+        assert host_calls(src) == [], src
+        got = to_numpy(backend, d.callable(backend)(**to_framework(backend, inputs)))
+        assert np.shape(got) == np.shape(want)
+        assert np.allclose(got, want, rtol=1e-8, atol=1e-10 * max(1.0, float(np.max(np.abs(want))))), \
+            (case.expr, w, src)
+
+
+@pytest.mark.skipif("torch" not in INSTALLED, reason="torch not installed")
+def test_torch_functions_run_on_a_device_without_data():
+    """On torch's "meta" device tensors have shapes but no data: a host copy (.item(),
+    .cpu(), a Python branch on a value) or a new tensor made on the CPU fails there, as it
+    would be a transfer (or an error) on a GPU."""
+    import torch
+
+    todo = [(c["expr"], c["wrt"], c["shapes"]) for c in CASES] + [e[:3] for e in EXTRA] + [
+        ("logdet(S)*det(S) + sum(inv(S)@x)", "S", {}), ("beta**0.5 + exp(2)*beta", "beta", {}),
+        ("norm2(W@x) + sum(relu(W@x) + abs(W@x) + step(W@x))", "x", {})]
+    for expr, wrt, shapes in todo:
+        d = matcalc.derive(expr, wrt=wrt, shapes=shapes)
+        sizes: dict = {}
+        args = {name: torch.empty(tuple(sizes.setdefault(x, 3 + len(sizes)) if isinstance(x, str) else x
+                                        for x in shape), dtype=torch.float64, device="meta")
+                for name, shape in d.user_shapes.items()}
+        out = d.callable("torch")(**args)
+        assert out.device.type == "meta", (expr, d.source("torch"))
+        assert out.shape == tuple(args[wrt].shape)
+
+
+@pytest.mark.skipif("jax" not in INSTALLED, reason="jax not installed")
+def test_jax_functions_trace_under_jit_from_shapes_alone():
+    """jax.jit traces with abstract values: a host copy or a Python branch on a value fails."""
+    import jax
+
+    for case in CASES:
+        d = matcalc.derive(case["expr"], wrt=case["wrt"], shapes=case["shapes"])
+        sizes: dict = {}
+        args = {name: jax.ShapeDtypeStruct(tuple(sizes.setdefault(x, 3 + len(sizes)) if isinstance(x, str) else x
+                                                 for x in shape), "float64")
+                for name, shape in d.user_shapes.items()}
+        out = jax.eval_shape(jax.jit(d.callable("jax")), **args)
+        assert out.shape == args[case["wrt"]].shape, case["id"]
+
+
+@pytest.mark.parametrize("backend", _backend_params())
+def test_value_and_grad_for_a_backend(backend):
+    vg = matcalc.value_and_grad("alpha*(exp(W@x+c)-W@x-c+m*m-1):1", wrt=["W", "c", "alpha"])
+    src = vg.source(backend)
+    assert host_calls(src) == []
+    rng = np.random.default_rng(5)
+    inputs = dict(W=rng.standard_normal((3, 4)), x=rng.standard_normal(4), c=rng.standard_normal(3),
+                  m=rng.standard_normal(3), alpha=0.7)
+    want_value, want = vg.function(**inputs)
+    value, grads = vg.callable(backend)(**to_framework(backend, inputs))
+    assert abs(float(to_numpy(backend, value)) - want_value) < 1e-10 * max(1.0, abs(want_value))
+    assert set(grads) == {"W", "c", "alpha"}
+    for k in grads:
+        assert rel_err(to_numpy(backend, grads[k]), want[k]) < 1e-12
+
+
+def _registry_cases():
+    from test_registry import CASES as OPS, ELEMENTWISE
+
+    out = [(f"w:{name}({arg})", {"A": ("a", "b"), "x": ("b",), "w": ("a",)}) for name, (_, (arg, _)) in
+           sorted(ELEMENTWISE.items())]
+    return out + [(expr, shapes) for expr, shapes, f in OPS if f is not None]
+
+
+@pytest.mark.parametrize("backend", _backend_params())
+@pytest.mark.parametrize("expr,shapes", _registry_cases(), ids=[c[0] for c in _registry_cases()])
+def test_every_registry_operator_runs_in_the_framework_as_in_numpy(backend, expr, shapes):
+    from test_registry import _inputs
+
+    inputs = _inputs(shapes, np.random.default_rng(11), ("S",) if "S" in shapes else ())
+    for w, d in matcalc.derive(expr, wrt=list(shapes), shapes=shapes).items():
+        src = d.source(backend)
+        assert host_calls(src) == [], src
+        f = d.callable(backend)
+        if backend == "jax":
+            import jax
+
+            f = jax.jit(f)
+        got = to_numpy(backend, f(**to_framework(backend, inputs)))
+        assert rel_err(np.reshape(got, np.shape(d.function(**inputs))), d.function(**inputs)) < 1e-9, src

@@ -1,0 +1,153 @@
+"""matcalc.op: the derived VJP as the backward of a torch / jax operation, checked with
+torch.autograd.gradcheck and against jax's own derivatives of the plain expression."""
+import numpy as np
+import pytest
+
+import matcalc
+
+try:  # the jax tests run in float64, as NumPy does
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+except ImportError:
+    pass
+
+RNG = np.random.default_rng(7)
+# (expr, shapes, plain forward in the array module xp, inputs) with a different size per dimension
+n, d, m = 3, 4, 5
+S0 = RNG.standard_normal((n, n))
+CASES = [
+    ("tanh(W@X + b@1.T)", {"W": ("n", "d"), "X": ("d", "m"), "b": ("n",)},
+     lambda xp, W, X, b: xp.tanh(W @ X + b[:, None]),
+     dict(W=RNG.standard_normal((n, d)), X=RNG.standard_normal((d, m)), b=RNG.standard_normal(n))),
+    ("softmax(W@x)", {"W": ("n", "d"), "x": ("d",)},
+     lambda xp, W, x: xp.exp(W @ x) / xp.sum(xp.exp(W @ x)),
+     dict(W=RNG.standard_normal((n, d)), x=RNG.standard_normal(d))),
+    ("G:exp(X@W)", {"G": ("n", "m"), "X": ("n", "d"), "W": ("d", "m")},
+     lambda xp, G, X, W: xp.sum(G * xp.exp(X @ W)),
+     dict(G=RNG.standard_normal((n, m)), X=RNG.standard_normal((n, d)), W=0.5 * RNG.standard_normal((d, m)))),
+    ("alpha*logdet(S) + x.T@inv(S)@x", {"S": ("n", "n"), "x": ("n",), "alpha": ()},
+     None,
+     dict(S=S0 @ S0.T + n * np.eye(n), x=RNG.standard_normal(n), alpha=0.7)),
+    ("exp(X@W)", {"X": ("n", "d"), "W": ("d", "m")},
+     lambda xp, X, W: xp.exp(X @ W),
+     dict(X=RNG.standard_normal((n, d)), W=0.5 * RNG.standard_normal((d, m)))),
+]
+IDS = [c[0] for c in CASES]
+
+
+def _plain_logdet(xp, S, x, alpha):
+    if xp.__name__.startswith("jax"):
+        return alpha * xp.linalg.slogdet(S)[1] + x @ xp.linalg.solve(S, x)
+    return alpha * xp.linalg.slogdet(S)[1] + x @ xp.linalg.solve(S, x)
+
+
+@pytest.mark.parametrize("expr,shapes,plain,inputs", CASES, ids=IDS)
+def test_torch_gradcheck(expr, shapes, plain, inputs):
+    torch = pytest.importorskip("torch")
+    f = matcalc.op(expr, backend="torch", shapes=shapes)
+    names = list(inputs)
+    args = tuple(torch.tensor(inputs[k], dtype=torch.float64, requires_grad=True) for k in names)
+    assert torch.autograd.gradcheck(lambda *a: f(**dict(zip(names, a))), args)
+    # and the same value as torch's own expression, with the same gradients as its autograd
+    plain = plain or _plain_logdet
+    want = plain(torch, **dict(zip(names, args)))
+    got = f(**dict(zip(names, args)))
+    assert torch.allclose(got, want, rtol=1e-10, atol=1e-12)
+    G = torch.randn(got.shape, dtype=torch.float64)
+    g1 = torch.autograd.grad(got, args, G)
+    g2 = torch.autograd.grad(want, args, G)
+    for a, b in zip(g1, g2):
+        assert torch.allclose(a, b, rtol=1e-9, atol=1e-11)
+
+
+def test_torch_float_scalar_argument_has_no_gradient():
+    torch = pytest.importorskip("torch")
+    f = matcalc.op("alpha*sum(exp(W@x))", backend="torch")
+    W = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    x = torch.randn(4, dtype=torch.float64)
+    y = f(W=W, x=x, alpha=0.5)
+    y.backward()
+    assert torch.allclose(W.grad, 0.5 * torch.outer(torch.exp(W @ x), x))
+    assert x.grad is None
+
+
+@pytest.mark.parametrize("expr,shapes,plain,inputs", CASES, ids=IDS)
+def test_jax_agrees_with_jax_derivatives(expr, shapes, plain, inputs):
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    import jax.numpy as jnp
+
+    f = matcalc.op(expr, backend="jax", shapes=shapes)
+    names = list(inputs)
+    args = tuple(jnp.asarray(inputs[k]) for k in names)
+    plain = plain or _plain_logdet
+    ours = lambda *a: f(**dict(zip(names, a)))  # noqa: E731
+    theirs = lambda *a: plain(jnp, **dict(zip(names, a)))  # noqa: E731
+    np.testing.assert_allclose(ours(*args), theirs(*args), rtol=1e-10, atol=1e-12)
+    argnums = tuple(range(len(args)))
+    scalar = np.ndim(theirs(*args)) == 0
+    diff = jax.grad if scalar else jax.jacrev
+    for transform in (lambda g: g, jax.jit):
+        J1 = transform(diff(ours, argnums=argnums))(*args)
+        J2 = diff(theirs, argnums=argnums)(*args)
+        for a, b in zip(J1, J2):
+            np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-11)
+
+
+def test_op_refusals():
+    with pytest.raises(matcalc.MatcalcError, match="unknown backend"):
+        matcalc.op("exp(X)", backend="tensorflow")
+    with pytest.raises(matcalc.ShapeError):
+        pytest.importorskip("torch")
+        matcalc.op("W@x + X", backend="torch", shapes={"W": ("a", "b"), "x": ("b",), "X": ("c", "c")})
+
+
+def test_cotangent_name_cannot_clash():
+    pytest.importorskip("torch")
+    import torch
+
+    f = matcalc.op("G_cot*exp(G_cot_)", backend="torch", shapes={"G_cot": ("n",), "G_cot_": ("n",)})
+    assert f.cotangent not in ("G_cot", "G_cot_")
+    a = torch.randn(3, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(3, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda a, b: f(G_cot=a, G_cot_=b), (a, b))
+
+
+def test_op_of_a_sympy_expression():
+    torch = pytest.importorskip("torch")
+    import sympy as sp
+
+    n, k = sp.symbols("n k", integer=True, positive=True)
+    A, X = sp.MatrixSymbol("A", n, k), sp.MatrixSymbol("X", k, n)
+    f = matcalc.op(sp.Trace(A * X) + sp.log(sp.Determinant(A * X)), backend="torch")
+    a = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    x = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    want = torch.trace(a @ x) + torch.linalg.slogdet(a @ x)[1]
+    assert torch.allclose(f(A=a, X=x), want)
+    assert torch.autograd.gradcheck(lambda a, x: f(A=a, X=x), (a, x))
+
+
+def test_torch_second_derivatives_through_the_op():
+    """The backward is made of torch operations, so torch differentiates it again."""
+    torch = pytest.importorskip("torch")
+    f = matcalc.op("log((X@W)*(X@W) + 1) + sin(X@W)*cos(X@W) + tanh(X@W) + sqrt(exp(X@W))", backend="torch")
+    X = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    W = torch.randn(4, 5, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradgradcheck(lambda X, W: f(X=X, W=W), (X, W))
+    g = matcalc.op("cos(X@W)", backend="torch")  # its VJP takes sin of a new matrix
+    assert "sin(" in g.source.split("def vjp")[1]
+    assert torch.autograd.gradgradcheck(lambda X, W: g(X=X, W=W), (X, W))
+
+
+def test_jax_reverse_over_reverse_through_the_op():
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+
+    f = matcalc.op("sum(cos(X@W)) + logdet(X@X.T)", backend="jax", shapes={"X": ("n", "k"), "W": ("k", "m")})
+    jit = jax.jit
+    X = jnp.asarray(RNG.standard_normal((3, 4)))
+    W = jnp.asarray(RNG.standard_normal((4, 5)))
+    H1 = jit(jax.jacrev(jax.grad(lambda X: f(X=X, W=W))))(X)
+    H2 = jit(jax.hessian(lambda X: jnp.sum(jnp.cos(X @ W)) + jnp.linalg.slogdet(X @ X.T)[1]))(X)
+    np.testing.assert_allclose(H1, H2, rtol=1e-8, atol=1e-10)

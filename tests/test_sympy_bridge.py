@@ -1,0 +1,210 @@
+"""SymPy in and out: to_sympy evaluates to the NumPy gradient's numbers, derive() takes
+SymPy matrix expressions, check(exact=True) verifies entry by entry and names a wrong one."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import sympy as sp
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import matcalc
+from conftest import case_inputs, load_corpus
+from support.exprgen import expressions
+
+CASES = load_corpus()
+SIZES = {"a": 3, "b": 4, "c": 2, "d": 5, "e": 6, "n": 3, "m": 4, "k": 2, "p": 5}
+
+
+def substitute(expr, inputs, user_shapes):
+    """The SymPy expression with dimensions and symbols replaced by concrete values."""
+    dims = {sp.Symbol(d, integer=True, positive=True): sp.Integer(SIZES[d])
+            for shape in user_shapes.values() for d in shape if isinstance(d, str)}
+    expr = expr.xreplace(dims)
+    subs = {}
+    for name, v in inputs.items():
+        shape = user_shapes[name]
+        if not shape:
+            subs[sp.Symbol(name, real=True)] = sp.Float(v, 30)
+            continue
+        conc = np.asarray(v).reshape(len(v), -1) if len(shape) == 1 else np.asarray(v)
+        r, c = conc.shape
+        subs[sp.MatrixSymbol(name, r, c)] = sp.ImmutableMatrix(conc.tolist())
+    out = expr.xreplace(subs).doit()
+    if getattr(out, "is_Matrix", False):
+        out = out.as_explicit() if hasattr(out, "as_explicit") else out
+        return np.array(sp.N(sp.Matrix(out)).tolist(), dtype=float)
+    return float(sp.N(out))
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
+def test_to_sympy_evaluates_to_the_same_numbers(case):
+    d = matcalc.derive(case["expr"], wrt=case["wrt"], shapes=case["shapes"])
+    g = d.to_sympy()
+    inputs = case_inputs(case, 0, SIZES)
+    want = np.asarray(d.function(**inputs), dtype=float)
+    got = substitute(g, inputs, d.user_shapes)
+    np.testing.assert_allclose(np.reshape(got, want.shape), want, rtol=1e-9, atol=1e-12)
+
+
+def test_to_sympy_uses_sympy_matrix_nodes():
+    g = matcalc.derive("G:exp(X@W)", wrt="X").to_sympy()
+    assert g.has(sp.HadamardProduct)
+    from sympy.matrices.expressions.applyfunc import ElementwiseApplyFunction
+    assert g.has(ElementwiseApplyFunction)
+    g = matcalc.derive("logdet(S) + tr(inv(S)@A)", wrt="S").to_sympy()
+    assert g.has(sp.Inverse) and g.has(sp.Transpose)
+    n = sp.Symbol("a", integer=True, positive=True)
+    assert sp.MatrixSymbol("S", n, n) in g.free_symbols
+
+
+def test_derive_from_sympy_trace():
+    n, m = sp.symbols("n m", integer=True, positive=True)
+    A, X, B = sp.MatrixSymbol("A", m, m), sp.MatrixSymbol("X", n, m), sp.MatrixSymbol("B", n, n)
+    for wrt in (X, "X"):
+        d = matcalc.derive(sp.Trace(A * X.T * B * X * A), wrt=wrt)
+        assert d.shape == ("n", "m")
+        assert d.check().ok
+        rng = np.random.default_rng(1)
+        a, x, b = rng.standard_normal((4, 4)), rng.standard_normal((3, 4)), rng.standard_normal((3, 3))
+        # closed form: d tr(A Xᵀ B X A) = tr(A Aᵀ... ): ∂/∂X = B X A A + Bᵀ X Aᵀ Aᵀ
+        want = b @ x @ a @ a + b.T @ x @ a.T @ a.T
+        np.testing.assert_allclose(d.function(A=a, X=x, B=b), want, rtol=1e-10)
+
+
+def test_derive_from_sympy_logdet_where_sympy_says_zero():
+    n = sp.Symbol("n", integer=True, positive=True)
+    X = sp.MatrixSymbol("X", n, n)
+    expr = sp.log(sp.Determinant(X))
+    d = matcalc.derive(expr, wrt=X)
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((4, 4)) + 4 * np.eye(4)
+    np.testing.assert_allclose(d.function(X=x), np.linalg.inv(x).T, rtol=1e-10)
+    assert d.check(exact=True).ok
+
+
+def test_derive_from_sympy_vectors_scalars_and_elementwise():
+    n, m = sp.symbols("n m", integer=True, positive=True)
+    W, x, y = sp.MatrixSymbol("W", m, n), sp.MatrixSymbol("x", n, 1), sp.MatrixSymbol("y", m, 1)
+    a = sp.Symbol("a")
+    r = W * x - y
+    expr = a * sp.Trace(r.T * r) + sp.Trace(sp.OneMatrix(1, m) * (W * x).applyfunc(sp.tanh))
+    d = matcalc.derive(expr, wrt=[x, W, "a"])
+    assert d["x"].shape == ("n",) and d["a"].shape == () and d["W"].shape == ("m", "n")
+    rng = np.random.default_rng(3)
+    w, xv, yv = rng.standard_normal((4, 3)), rng.standard_normal(3), rng.standard_normal(4)
+    z = w @ xv
+    want_x = 2 * 0.5 * (z - yv) @ w + (1 - np.tanh(z) ** 2) @ w
+    np.testing.assert_allclose(d["x"].function(W=w, x=xv, y=yv, a=0.5), want_x, rtol=1e-10)
+    assert d["a"].function(W=w, x=xv, y=yv, a=0.5) == pytest.approx(np.sum((z - yv) ** 2))
+    for v in d.values():
+        assert v.check(exact=True).ok
+
+
+def test_sympy_nodes_matcalc_cannot_represent_are_named():
+    n = sp.Symbol("n", integer=True, positive=True)
+    S = sp.MatrixSymbol("S", n, n)
+    for expr, name in [(sp.Trace(sp.Adjoint(S)), "Adjoint"), (sp.Trace(S ** sp.Rational(1, 2)), "MatPow"),
+                       (sp.Trace(S.applyfunc(sp.gamma)), "gamma")]:
+        with pytest.raises(matcalc.MatcalcError, match=name):
+            matcalc.derive(expr, wrt=S)
+    d = matcalc.derive(sp.Trace(S.applyfunc(sp.atan)), wrt=S)  # a registry function: arctan
+    assert d.text == "I/(S**2 + 1)" and d.check().ok  # tr: only the diagonal
+    with pytest.raises(matcalc.MatcalcError):
+        matcalc.derive(sp.Trace(S), wrt=3.5)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if len({d for s in c["shapes"].values() for d in s}) <= 4][:12],
+                         ids=lambda c: c["id"])
+def test_exact_check_passes_on_the_corpus(case):
+    d = matcalc.derive(case["expr"], wrt=case["wrt"], shapes=case["shapes"])
+    report = d.check(exact=True)
+    assert report.ok, str(report)
+    assert all(v <= 4 for v in report.sizes.values())
+    assert report.entries_checked == int(np.prod([report.sizes.get(x, x) for x in d.shape] or [1]))
+
+
+def test_exact_check_names_the_wrong_entry():
+    from matcalc import ir
+
+    shapes = {"A": ("m", "n"), "X": ("n", "k"), "B": ("k", "m")}
+    d = matcalc.derive("tr(A@X@B)", wrt="X", shapes=shapes)
+    assert d.check(exact=True).ok
+    X = d.symbols["X"]
+    for wrong in (ir.add(d.gradient, ir.mul(X, X)),             # wrong everywhere
+                  ir.mul(ir.const(1.5), d.gradient)):             # off by a factor
+        bad = matcalc.derive("tr(A@X@B)", wrt="X", shapes=shapes)
+        bad.gradient = wrong
+        report = bad.check(exact=True)
+        assert not report.ok and not report
+        assert "X[0, 0]" in str(report) and "gradient gives" in str(report)
+        assert report.details[0]["entry"] == "X[0, 0]"
+
+
+def test_importing_matcalc_and_the_cli_imports_no_sympy_torch_or_jax():
+    code = ("import sys, matcalc, matcalc.cli; matcalc.derive('G:exp(X@W)', wrt='X').function; "
+            "print([m for m in ('sympy', 'torch', 'jax') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip() == "[]", out.stderr
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "matcalc", "derive", "G:exp(X@W)",
+                          "--wrt", "X", "--code"], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONIOENCODING": "utf-8"})
+    assert out.returncode == 0
+    imported = {line.split("|")[-1].strip().split(".")[0] for line in out.stderr.splitlines() if "|" in line}
+    assert not imported & {"sympy", "torch", "jax"}
+
+
+def test_cli_exact_check():
+    out = subprocess.run([sys.executable, "-m", "matcalc", "derive", "tr(A@X.T@B@X@A)", "--wrt", "X", "--exact"],
+                         capture_output=True, text=True, env={**os.environ, "PYTHONIOENCODING": "utf-8"})
+    assert out.returncode == 0, out.stderr
+    assert "exact check ok: 12 entries" in out.stdout  # X is 3×4 or 4×3: twelve entries
+
+
+def test_exact_check_sees_a_tiny_error_in_a_transcendental_entry():
+    from matcalc import ir
+
+    d = matcalc.derive("sum(exp(W@x)*sin(W@x))", wrt="W")
+    assert d.check(exact=True).ok
+    d.gradient = ir.mul(ir.const(1.0 + 1e-12), d.gradient)  # finite differences cannot see this
+    report = d.check(exact=True)
+    assert not report.ok and "W[0, 0]" in report.message
+
+
+NO_SYMPY_FORM = ("softmax", "logsumexp", "kron", "vec", "unvec", "matrix_power", "softmax_all")
+
+
+@settings(max_examples=30, derandomize=True, database=None, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
+@given(case=expressions(max_depth=3), seed=st.integers(0, 2**32 - 1))
+def test_to_sympy_of_random_expressions_evaluates_to_the_numpy_numbers(case, seed):
+    from matcalc.sympy_bridge import evaluate
+
+    inputs = case.draw_inputs(np.random.default_rng(seed))
+    w = case.wrt[0]
+    d = matcalc.derive(case.expr, wrt=w, shapes=case.shapes)
+    with np.errstate(all="ignore"):
+        want = np.asarray(d.function(**inputs), dtype=float)
+    if not np.all(np.isfinite(want)):
+        return
+    try:
+        sym = d.to_sympy()
+    except matcalc.MatcalcError as e:  # softmax/logsumexp along an axis, kron, vec, matrix_power
+        assert "has no SymPy form" in str(e) and any(op in str(e) for op in NO_SYMPY_FORM), str(e)
+        return
+    got = evaluate(sym, inputs, d.user_shapes)
+    np.testing.assert_allclose(np.reshape(got, want.shape), want, rtol=1e-7,
+                               atol=1e-9 * max(1.0, float(np.max(np.abs(want), initial=0.0))))
+
+
+def test_exact_check_of_a_float_constant_that_stands_for_a_fraction():
+    d = matcalc.derive("sum(W)/(abs(2) + 1)", wrt="W")  # G holds 0.333…, λ divides by 3
+    assert d.check(exact=True).ok
+
+
+def test_exact_check_where_sympy_leaves_derivatives_of_sign_abs_and_max_unevaluated():
+    for expr in ("sign(logdet(W@W.T + I))", "abs(logdet(W@W.T + I)) + relu(logdet(W@W.T + I) - 1)"):
+        d = matcalc.derive(expr, wrt="W")
+        report = d.check(exact=True)
+        assert report.ok, str(report)
