@@ -42,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--code", action="store_true", help="print the NumPy source of the gradient")
     d.add_argument("--check", action="store_true", help="check against finite differences (exit 1 if it fails)")
     d.add_argument("--json", action="store_true", help="print one JSON object per --wrt")
+    from .second_order import add_cli_parsers
+
+    add_cli_parsers(sub)
     return p
 
 
@@ -73,6 +76,10 @@ def parse_lets(items) -> dict:
 
 def run(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command in ("hessian", "jacobian"):
+        from .second_order import run_cli
+
+        return run_cli(args)
     if args.command != "derive":
         build_parser().print_help(sys.stderr)
         return EXIT_REFUSED
