@@ -158,7 +158,7 @@ class _LinearMap:
     def _vec(self):
         from .vecform import vec_form
 
-        return vec_form(self.linear, self.dW)
+        return vec_form(self.linear, self.dW, self.out_node.shape)
 
     @property
     def kron(self) -> str | None:

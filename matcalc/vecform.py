@@ -125,18 +125,33 @@ def fold(f, g):
         return None
     if isinstance(f, Comm) and isinstance(g, Comm) and (f.p, f.q) == (g.q, g.p):
         return "identity"
-    if isinstance(f, DiagV) and isinstance(g, ColV):
-        return ColV(simplify(s_mul(f.h, g.c)))
-    if isinstance(f, DiagV) and isinstance(g, DiagV):
-        return DiagV(simplify(s_mul(f.h, g.h)))
+    if isinstance(f, DiagV) and isinstance(g, (ColV, DiagV)):
+        h = g.c if isinstance(g, ColV) else g.h
+        other = _like(h, f.h.shape)
+        if other is None:
+            return None
+        prod = simplify(s_mul(f.h, other))
+        return ColV(prod) if isinstance(g, ColV) else DiagV(prod)
     if isinstance(f, RowV):
-        C = f.C
-        if isinstance(g, Kron) and C.shape == (g.A.shape[0], g.B.shape[0]):
-            return RowV(simplify(s_matmul(s_matmul(s_T(g.A), C), g.B)))
-        if isinstance(g, DiagV) and C.shape == g.h.shape:
-            return RowV(simplify(s_mul(C, g.h)))
+        if isinstance(g, Kron):
+            C = _like(f.C, (g.A.shape[0], g.B.shape[0]))
+            if C is not None:
+                return RowV(simplify(s_matmul(s_matmul(s_T(g.A), C), g.B)))
+        if isinstance(g, DiagV):
+            C = _like(f.C, g.h.shape)
+            if C is not None:
+                return RowV(simplify(s_mul(C, g.h)))
         if isinstance(g, Comm):
-            return RowV(simplify(s_T(C)))
+            return RowV(simplify(s_T(f.C)))
+    return None
+
+
+def _like(h: Expr, shape):
+    """h with the given shape: itself, or a vector's transpose (the same vec); else None."""
+    if h.shape == shape:
+        return h
+    if h.shape == shape[::-1] and 1 in shape:
+        return simplify(s_T(h))
     return None
 
 
@@ -236,8 +251,9 @@ class VecForm:
             n = _dims_label(f.p) + _dims_label(f.q)
             return f"K_{{{n}}}" if latex else f"K_{n}"
         if isinstance(f, DiagV):
-            s = self._ir_text(f.h, latex)[0]
-            if f.h.shape[1] != 1:
+            h = simplify(s_T(f.h)) if f.h.shape[0] == 1 else f.h
+            s = self._ir_text(h, latex)[0]
+            if h.shape[1] != 1:
                 s = f"\\operatorname{{vec}}\\left({s}\\right)" if latex else f"vec({s})"
             return f"\\operatorname{{Diag}}\\left({s}\\right)" if latex else f"Diag({s})"
         if isinstance(f, RowV):
@@ -395,8 +411,10 @@ class VecForm:
             if not _is_one(c):
                 s = f"({code[c]} * {s})"
             terms.append(s)
-        total = " + ".join(terms) if terms else "0.0"
-        return f"np.reshape({total}, ({size(self.rows)}, {size(self.cols)}))", helpers
+        shape = f"({size(self.rows)}, {size(self.cols)})"
+        if not terms:
+            return f"np.zeros({shape})", helpers
+        return f"np.reshape({' + '.join(terms)}, {shape})", helpers
 
 
 def _xtdx(ch):
@@ -535,10 +553,12 @@ VEC_RULES = {
 }
 
 
-def vec_form(L: Expr | None, dW: Expr) -> VecForm | None:
-    """The vec form J of vec(L[dW]) = J vec(dW), or None where none can be written."""
+def vec_form(L: Expr | None, dW: Expr, out_shape=None) -> VecForm | None:
+    """The vec form J of vec(L[dW]) = J vec(dW), or None where none can be written.  L None
+    is the zero map to ``out_shape``."""
     if L is None:
-        return VecForm([], (), dims_of(dW.shape[0]) + dims_of(dW.shape[1]))
+        r, c = out_shape or SCALAR
+        return VecForm([], dims_of(r) + dims_of(c), dims_of(dW.shape[0]) + dims_of(dW.shape[1]))
     linear: set = set()
     memo: dict = {}
     for n in ir.walk(L):
