@@ -548,7 +548,7 @@ class Hessian(_LinearMap):
                 self.steps.append(Step(ir.frob(raw, dWi), ir.frob(lin, dWi), "simplify", frozenset(),
                                        "\\text{simplify}"))
         if self.diagonal:
-            note = ("A:B = B:A; H[dW] = dG is self-adjoint (⟨U, H[V]⟩ = ⟨H[U], V⟩), so the "
+            note = (f"A:B = B:A; H[d{wi}] = dG is self-adjoint (⟨U, H[V]⟩ = ⟨H[U], V⟩), so the "
                     "identification theorem's H = ½(A + A*) is A itself")
             note_tex = ("A:B = B:A;\\ \\text{self-adjoint, so } H = \\tfrac{1}{2}(A + A^{*}) = A")
         else:

@@ -125,6 +125,10 @@ def fold(f, g):
         return None
     if isinstance(f, Comm) and isinstance(g, Comm) and (f.p, f.q) == (g.q, g.p):
         return "identity"
+    if isinstance(f, Kron) and _is_one(f.B) and isinstance(g, ColV):
+        c = _like(g.c, (f.A.shape[1], 1))
+        if c is not None:
+            return ColV(simplify(s_matmul(f.A, c)))
     if isinstance(f, DiagV) and isinstance(g, (ColV, DiagV)):
         h = g.c if isinstance(g, ColV) else g.h
         other = _like(h, f.h.shape)
@@ -205,7 +209,7 @@ class VecForm:
             if c.op == "const" and c.attr == 0.0:
                 continue
             key = ("term", ch)
-            if len(ch) == 1 and isinstance(ch[0], Kron) and _is_one(c) and not _identity(ch[0]):
+            if len(ch) == 1 and isinstance(ch[0], Kron) and not _identity(ch[0]):
                 k = ch[0]
                 key = ("B", k.A) if _is_eye(k.A) else ("A", k.B)
             groups.setdefault(key, []).append((c, ch))
@@ -214,11 +218,10 @@ class VecForm:
             if side == "term" or len(items) == 1:
                 out.extend(items)
                 continue
-            ks = [ch[0] for _, ch in items]
             if side == "A":
-                k = Kron(ks[0].B, simplify(s_add(*[x.A for x in ks])))
+                k = Kron(items[0][1][0].B, simplify(s_add(*[s_mul(c, ch[0].A) for c, ch in items])))
             else:
-                k = Kron(simplify(s_add(*[x.B for x in ks])), ks[0].A)
+                k = Kron(simplify(s_add(*[s_mul(c, ch[0].B) for c, ch in items])), items[0][1][0].A)
             if not any(m.op == "const" and m.attr == 0.0 for m in (k.A, k.B)):
                 out.append((ONE, (k,)))
         return VecForm(out, self.rows, self.cols)
@@ -316,7 +319,10 @@ class VecForm:
                 if isinstance(f, Kron):
                     for m in (f.B, f.A):
                         if m.op != "eye" and not _is_one(m):
-                            out.append(_symadd_base(m)[1] if _symadd_base(m) else m)
+                            if _xtdx_base(m):
+                                out.extend(_xtdx_base(m)[1:])
+                            else:
+                                out.append(_symadd_base(m)[1] if _symadd_base(m) else m)
                 elif isinstance(f, DiagV):
                     out.append(f.h)
                 elif isinstance(f, RowV):
@@ -366,6 +372,12 @@ class VecForm:
                 return dim(m.shape[0])  # an int: the identity of that size
             if _is_one(m):
                 return "1"
+            xd = _xtdx_base(m)
+            if xd is not None:
+                helpers.update(("_xtdx", "_vec"))
+                scale, P, h = xd
+                s = f"_xtdx({code[P]}, {vec(h)})"
+                return s if scale == 1.0 else f"({scale!r} * {s})"
             sb = _symadd_base(m)
             if sb is not None:
                 helpers.add("_symadd")
@@ -432,6 +444,19 @@ def _xtdx(ch):
     return (P, d.h) if simplify(s_T(P)) is a.A else None
 
 
+def _xtdx_base(m: Expr):
+    """(scale, P, h) if m is scale·Pᵀ Diag(h) P for a matrix P, else None."""
+    scale = 1.0
+    if m.op == "mul" and len(m.args) == 2 and m.args[0].op == "const" and m.args[0].shape == SCALAR:
+        scale, m = m.args[0].attr, m.args[1]
+    if m.op != "matmul" or m.args[0].op != "matmul":
+        return None
+    (a, d), P = m.args[0].args, m.args[1]
+    if d.op != "Diag" or P.op == "eye" or 1 in P.shape or simplify(s_T(P)) is not a:
+        return None
+    return scale, P, d.args[0]
+
+
 def _symadd_base(m: Expr):
     """(scale, B) if m is scale·(B + Bᵀ), else None."""
     scale = 1.0
@@ -467,6 +492,15 @@ def _dims_label(*ds) -> str:
 
 # ------------------------------------------------------------------ the rules
 
+def _diag(h: Expr):
+    """Diag(vec h) as a factor: a plain matrix Diag(h) for a vector (so it folds with the
+    Kronecker factors around it), DiagV for a matrix h."""
+    if h.shape[1] == 1 or h.shape[0] == 1:
+        col = h if h.shape[1] == 1 else simplify(s_T(h))
+        return Kron(ONE, ir.func("Diag", col))
+    return DiagV(h)
+
+
 def _r_add(e, forms, lin):
     out = []
     for a, f, l in zip(e.args, forms, lin):
@@ -497,7 +531,7 @@ def _r_mul(e, forms, lin):
         return f
     h = simplify(s_mul(*arrays))
     if L.shape == e.shape and h.shape == e.shape:
-        return f.then(DiagV(h))
+        return f.then(_diag(h))
     if L.shape == SCALAR and h.shape == e.shape:
         return f.then(ColV(h))
     return None
@@ -512,7 +546,7 @@ def _r_div(e, forms, lin):
     if C.shape == SCALAR:
         return f.scaled(inv)
     if L.shape == e.shape:
-        return f.then(DiagV(inv))
+        return f.then(_diag(inv))
     if L.shape == SCALAR:
         return f.then(ColV(inv))
     return None

@@ -148,7 +148,7 @@ def test_jacobians_match_differences_and_products(case, seed):
             dn = _evaluate(node.src, shapes, dict(inputs, **{w: unvec(x - e, shape)}))
             cols.append((vec(up) - vec(dn)) / (2 * e[k]))
         fd = np.stack(cols, axis=1)
-        floor = 1e-6 * max(1.0, float(np.max(np.abs(F0))))
+        floor = 1e-4 * max(1.0, float(np.max(np.abs(F0))))  # differences resolve eps·|F|/h at best
         assert rel(J, fd, floor=floor) < 1e-5, "the dense Jacobian disagrees with central differences"
         V = rng.standard_normal(n)
         G = rng.standard_normal(F0.size)
