@@ -378,3 +378,33 @@ def test_jupyter_display_and_steps():
     assert any("self-adjoint" in ln for ln in lines)
     j = matcalc.jacobian("A@X@B", "X")
     assert "\\otimes" in j._repr_markdown_() and j._repr_latex_().startswith("$\\mathrm{d}F")
+
+
+def test_latex_of_hessians_and_jacobians_renders():
+    """Results, vec forms, derivations and the Jupyter forms render in KaTeX (strict)."""
+    from test_presentation import _katex
+
+    found = _katex()
+    if found is None:
+        import os
+        if os.environ.get("CI"):
+            pytest.fail("KaTeX is not installed: .ci/run installs it with npm")
+        pytest.skip("node with the katex package is not available (npm install katex)")
+    node, script, env = found
+    results = [matcalc.hessian("x.T@A@x", "x"), matcalc.hessian("logdet(X)", "X"),
+               matcalc.hessian("norm2(X@W - Y)**2", "W"), matcalc.hessian("sum(softplus(X@w)) - y.T@X@w", "w"),
+               matcalc.hessian("sum(X)*sum(X) + tr(X@X)", "X"), matcalc.jacobian("softmax(x)", "x"),
+               matcalc.jacobian("A@X@B", "X"), matcalc.jacobian("X.T", "X"), matcalc.jacobian("exp(W@x)", "W"),
+               matcalc.jacobian("diag(X)", "X"), matcalc.jacobian("sum(X)*X", "X"),
+               *matcalc.hessian("norm2(X@W - Y)**2", ["X", "W"]).values()]
+    texts = []
+    for r in results:
+        texts += [r.latex, r.steps_latex, r._repr_latex_().strip("$")]
+        if r.kron_latex is not None:
+            texts.append(r.kron_latex)
+        texts += [part.split("$$")[0] for part in r._repr_markdown_().split("$$")[1::2]]
+    r = subprocess.run([node, str(script)], input=json.dumps(texts), capture_output=True, text=True,
+                       env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    errors = [(t, e) for t, e in zip(texts, json.loads(r.stdout)) if e]
+    assert not errors, errors[:3]
