@@ -158,7 +158,10 @@ class _LinearMap:
     def _vec(self):
         from .vecform import vec_form
 
-        return vec_form(self.linear, self.dW, self.out_node.shape)
+        vf = vec_form(self.linear, self.dW, self.out_node.shape)
+        if vf is not None and self._user_names:
+            vf.names = dict(self._user_names)
+        return vf
 
     @property
     def kron(self) -> str | None:

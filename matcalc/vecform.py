@@ -129,6 +129,10 @@ def fold(f, g):
         c = _like(g.c, (f.A.shape[1], 1))
         if c is not None:
             return ColV(simplify(s_matmul(f.A, c)))
+    if isinstance(f, ColV) and isinstance(g, RowV) and 1 in f.c.shape and 1 in g.C.shape:
+        c, C = _like(f.c, (f.c.shape[0] * f.c.shape[1], 1)), _like(g.C, (g.C.shape[0] * g.C.shape[1], 1))
+        if c is not None and C is not None and f.c.shape != SCALAR and g.C.shape != SCALAR:
+            return Kron(ONE, simplify(s_matmul(c, s_T(C))))  # an outer product: a plain matrix
     if isinstance(f, DiagV) and isinstance(g, (ColV, DiagV)):
         h = g.c if isinstance(g, ColV) else g.h
         other = _like(h, f.h.shape)
@@ -137,7 +141,7 @@ def fold(f, g):
         prod = simplify(s_mul(f.h, other))
         return ColV(prod) if isinstance(g, ColV) else DiagV(prod)
     if isinstance(f, RowV):
-        if isinstance(g, Kron):
+        if isinstance(g, Kron) and (_is_one(g.B) or _is_eye(g.B)):
             C = _like(f.C, (g.A.shape[0], g.B.shape[0]))
             if C is not None:
                 return RowV(simplify(s_matmul(s_matmul(s_T(g.A), C), g.B)))
@@ -227,14 +231,18 @@ class VecForm:
         return VecForm(out, self.rows, self.cols)
 
     # ---- printing
+    names: dict = {}  # node -> name (definitions), used in the printed pieces
+
     def _names(self, e: Expr) -> dict:
-        return {n: "I_" + _dims_label(n.shape[0]) for n in ir.walk(e) if n.op == "eye"}
+        out = {n: "I_" + _dims_label(n.shape[0]) for n in ir.walk(e) if n.op == "eye"}
+        return {**self.names, **out}
 
     def _ir_text(self, e: Expr, latex: bool) -> tuple:
         from .printing import ADD, to_latex, to_text
 
-        e = _display_order(e)
-        s = (to_latex if latex else to_text)(e, self._names(e))
+        names = self._names(e)
+        e = _display_order(e, names)
+        s = (to_latex if latex else to_text)(e, {**names, **self._names(e)})
         return s, e.op == "add"
 
     def _factor(self, f, latex: bool, alone: bool) -> str:
@@ -288,7 +296,7 @@ class VecForm:
             elif _is_one(c):
                 s = body
             else:
-                cs = (to_latex if latex else to_text)(pos if negative else c)
+                cs = (to_latex if latex else to_text)(pos if negative else c, self._names(c))
                 if pos.op == "add" or (not negative and c.op == "add"):
                     cs = f"\\left({cs}\\right)" if latex else f"({cs})"
                 s = f"{cs} {body}" if latex else f"{cs}*{body}"
@@ -472,10 +480,14 @@ def _symadd_base(m: Expr):
     return None
 
 
-def _display_order(e: Expr) -> Expr:
-    """A + Aᵀ rather than Aᵀ + A: in a sum, transposed terms after the others."""
+def _display_order(e: Expr, keep=()) -> Expr:
+    """A + Aᵀ rather than Aᵀ + A: in a sum, transposed terms after the others (named nodes
+    in ``keep`` are left as they are)."""
     memo: dict = {}
     for n in ir.walk(e):
+        if n in keep:
+            memo[n] = n
+            continue
         args = tuple(memo[a] for a in n.args)
         if n.op == "add":
             args = tuple(sorted(args, key=lambda t: t.op == "T"))
