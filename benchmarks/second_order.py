@@ -4,6 +4,7 @@
     python benchmarks/second_order.py                 # small + medium workloads, dense cases
     python benchmarks/second_order.py --quick         # tiny sizes, 2 repeats (a smoke test)
     python benchmarks/second_order.py --out benchmarks/second_order.md
+    python benchmarks/second_order.py --threads 1   # every library on one thread (a busy machine)
 
 Sections (all times are medians of interleaved calls; every ratio compares two functions
 timed in the same process under the same conditions):
@@ -150,6 +151,9 @@ def worker(fw, sizes, args):
         import torch
         from torch.func import grad as tgrad, hessian as thessian, jvp as tjvp
 
+        if os.environ.get("MATCALC_BENCH_THREADS"):
+            torch.set_num_threads(int(os.environ["MATCALC_BENCH_THREADS"]))
+
         def tens(inp):
             return {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in inp.items()}
 
@@ -208,7 +212,8 @@ def report(hv, dense, fws, sizes, args):
     cpu = platform.processor() or platform.machine()
     out = ["# matcalc second-order benchmark", "",
            f"Machine: {platform.system()} {platform.machine()} ({cpu}), {os.cpu_count()} cores, "
-           f"Python {platform.python_version()}, NumPy {np.__version__}"
+           f"Python {platform.python_version()}, NumPy {np.__version__}, threads per library: "
+           f"{os.environ.get('MATCALC_BENCH_THREADS', 'default')}"
            + "".join(f", {fw} {__import__(fw).__version__}" for fw in fws) + ".", "",
            f"## HVP / gradient (matcalc's emitted functions; target ≤ {HVP_TARGET})", "",
            "| workload | size | hvp ms | grad ms | hvp/grad |", "|---|---|---|---|---|"]
@@ -257,8 +262,20 @@ def main(argv=None):
     ap.add_argument("--budget", type=float, default=1.0, help="seconds per timing")
     ap.add_argument("--no-frameworks", action="store_true", help="skip jax and torch")
     ap.add_argument("--out", default=None, help="write the Markdown table here too")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="threads for NumPy's BLAS, XLA and torch alike (default: each library's own)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.threads and os.environ.get("MATCALC_BENCH_THREADS") != str(args.threads):
+        # the thread counts are read when the libraries load: run again with them set
+        n = str(args.threads)
+        env = dict(os.environ, MATCALC_BENCH_THREADS=n, OPENBLAS_NUM_THREADS=n, OMP_NUM_THREADS=n,
+                   MKL_NUM_THREADS=n,
+                   XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen="
+                              + ("false" if n == "1" else "true")
+                              + f" intra_op_parallelism_threads={n}").strip())
+        return subprocess.run([sys.executable, str(Path(__file__).resolve())] + list(argv or sys.argv[1:]),
+                              env=env).returncode
     sizes = (args.sizes or ("tiny" if args.quick else "small,medium")).split(",")
     if args.worker:
         worker(args.worker, sizes, args)

@@ -698,8 +698,8 @@ HELPERS = {
     a general product), else xᵀ(d ∘ x)."""
     if _SYRK is not None and x.shape[0] > 32 and np.all(d >= 0):
         y = np.sqrt(d)[:, None] * x
-        c = _SYRK(1.0, y, trans=1, lower=0)  # the upper triangle of yᵀy
-        return np.triu(c) + np.triu(c, 1).T
+        c = _SYRK(1.0, y.T, trans=0, lower=0)  # yᵀy's upper triangle (y.T is Fortran order: no copy)
+        return c + np.triu(c, 1).T
     return x.T.dot(d[:, None] * x)
 
 

@@ -408,3 +408,12 @@ def test_latex_of_hessians_and_jacobians_renders():
     assert r.returncode == 0, r.stderr
     errors = [(t, e) for t, e in zip(texts, json.loads(r.stdout)) if e]
     assert not errors, errors[:3]
+
+
+def test_second_order_benchmark_runs_quick():
+    """The benchmark script runs (tiny sizes, no frameworks); it reports timings, never tests them."""
+    script = HERE.parent / "benchmarks" / "second_order.py"
+    r = subprocess.run([sys.executable, str(script), "--quick", "--no-frameworks"], capture_output=True,
+                       text=True, timeout=300, cwd=script.parent)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "## HVP / gradient" in r.stdout and "## Dense Hessians" in r.stdout and "`A + A.T`" in r.stdout
