@@ -41,6 +41,9 @@ def _typed_any(expr, shapes, definitions):
 def _check_wrt(typed, wrt):
     if not isinstance(wrt, str):
         raise DeriveError(f"wrt must be a symbol name, got {wrt!r}")
+    if "d" + wrt in typed.symbols:
+        raise DeriveError(f"the symbol d{wrt} would read as the differential of {wrt} in the result "
+                          f"(d{wrt} is reserved there): rename it")
     if wrt not in typed.symbols:
         names = list(typed.symbols)
         close = [n for n in names if n.lower() == wrt.lower()] or difflib.get_close_matches(wrt, names, n=1)

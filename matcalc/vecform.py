@@ -359,6 +359,8 @@ class VecForm:
             if isinstance(f, Kron):
                 if f.A.op == "eye" and f.B.op == "eye":
                     return f"np.eye({size(f.rows)})"
+                if _is_one(f.B):
+                    return mat(f.A)
                 helpers.add("_kron")
                 return f"_kron({mat(f.B)}, {mat(f.A)})"
             if isinstance(f, Comm):
@@ -645,6 +647,10 @@ HELPERS = {
     """b ⊗ a; an int stands for the identity of that size."""
     if isinstance(b, int) and isinstance(a, int):
         return np.eye(a * b)
+    if isinstance(b, int) and b == 1:
+        return a
+    if isinstance(a, int) and a == 1:
+        return b
     if isinstance(b, int):  # block diagonal: b copies of a
         r, c = a.shape
         out = np.zeros((b, r, b, c))

@@ -324,6 +324,8 @@ def test_hessian_of_an_array_is_refused_pointing_to_jacobian():
     assert r.returncode == 2 and "jacobian" in r.stderr and "Traceback" not in r.stderr
     with pytest.raises(matcalc.DeriveError):
         matcalc.hessian("x:x", "y")
+    with pytest.raises(matcalc.DeriveError, match="reserved"):
+        matcalc.jacobian("dx*x", "x")
     r = _cli("jacobian", "A@x", "--wrt", "X")
     assert r.returncode == 2 and "did you mean x" in r.stderr
 
