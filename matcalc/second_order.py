@@ -149,13 +149,57 @@ class _LinearMap:
     def _zero(self):
         return ir.const(0.0, self.out_node.shape)
 
+    @property
+    def _shown(self):
+        """The map as printed: the factored form when there is one (dW written once)."""
+        if self.linear is None:
+            return self._zero
+        return self._factored if self._factored is not None else self.linear
+
     @cached_property
     def text(self) -> str:
-        return to_text(self.linear if self.linear is not None else self._zero, self._user_names)
+        return to_text(self._shown, self._user_names)
 
     @cached_property
     def latex(self) -> str:
-        return to_latex(self.linear if self.linear is not None else self._zero, self._user_names)
+        return to_latex(self._shown, self._user_names)
+
+    @cached_property
+    def _factored(self):
+        """A@dW@B.T when dW occurs several times in the map but its vec form is one Kronecker
+        product B ⊗ A (dp = (Diag(p) - p@p.T)@dW@x), else None."""
+        from .simplify import s_matmul, s_mul, s_T
+        from .vecform import Kron, _is_one
+
+        L, vf = self.linear, self._vec
+        if L is None or vf is None or len(vf.terms) != 1 or _delta_count(L, self.dW) < 2:
+            return None
+        c, chain = vf.terms[0]
+        if len(chain) != 1 or not isinstance(chain[0], Kron):
+            return None
+        k = chain[0]
+        dW = self.dW
+        if k.A.shape[1] != dW.shape[0] or not (_is_one(k.B) and dW.shape[1] == 1
+                                                 or k.B.shape[1] == dW.shape[1]):
+            return None
+        out = s_matmul(k.A, dW)
+        if not _is_one(k.B):
+            out = s_matmul(out, s_T(k.B))
+        out = simplify(s_mul(c, out))
+        if out.shape != L.shape:
+            if out.shape[::-1] == L.shape and 1 in L.shape:
+                out = simplify(s_T(out))
+            else:
+                return None
+        return out
+
+    def _factor_step(self, before, wrap=lambda e: e):
+        """The step to the factored form, if any."""
+        if self._factored is None:
+            return None
+        return Step(wrap(before), wrap(self._factored),
+                    "collect d" + self.wrt + ": vec(A dW Bᵀ) = (B ⊗ A) vec(dW) read back", frozenset(),
+                    "\\text{collect } \\mathrm{d}" + tex_name(self.wrt))
 
     @cached_property
     def _vec(self):
@@ -436,6 +480,10 @@ class Jacobian(_LinearMap):
             if linear is not raw:
                 self.steps.append(Step(raw, linear, "simplify (collect like terms, fold constants)",
                                        frozenset(), "\\text{simplify}"))
+            if linear is not None:
+                step = self._factor_step(linear)
+                if step is not None:
+                    self.steps.append(step)
 
     def __repr__(self):
         return f"<Jacobian dF = {self.text} (d{self.wrt}), matrix {self.matrix_shape[0]}×{self.matrix_shape[1]}>"
@@ -509,6 +557,14 @@ class Jacobian(_LinearMap):
         return _check(self, seed, tol, draws, domain, sizes)
 
 
+def _delta_count(e, dW) -> int:
+    """How many times dW is written in e (as a tree)."""
+    counts: dict = {}
+    for n in ir.walk(e):
+        counts[n] = 1 if n is dW else sum(counts[a] for a in n.args)
+    return counts[e]
+
+
 def _describe(shape):
     return "a scalar" if shape == ir.SCALAR else ir.fmt_shape(shape)
 
@@ -560,6 +616,11 @@ class Hessian(_LinearMap):
         else:
             note = f"A:B = B:A; the block (∂²λ/∂{wi}∂{wrt_j}) maps d{wrt_j} to the shape of {wi}"
             note_tex = "A:B = B:A"
+        if linear is not None:
+            step = self._factor_step(linear, lambda e: ir.frob(e, dWi))
+            if step is not None:
+                self.steps.append(step)
+                lin = self._factored
         self.steps.append(Step(ir.frob(lin, dWi), ir.frob(dWi, lin), note, frozenset(), note_tex))
         self._dWj = dWj
 

@@ -254,8 +254,9 @@ class VecForm:
             if _is_one(f.B) or _is_one(f.A):
                 s, is_sum = self._ir_text(f.B if _is_one(f.A) else f.A, latex)
                 return par(s) if is_sum and not alone else s
-            b, a = self._ir_text(f.B, latex)[0], self._ir_text(f.A, latex)[0]
+            (b, b_sum), (a, a_sum) = self._ir_text(f.B, latex), self._ir_text(f.A, latex)
             if latex:
+                b, a = (par(b) if b_sum else b), (par(a) if a_sum else a)
                 return f"\\left({b} \\otimes {a}\\right)" if not alone else f"{b} \\otimes {a}"
             return f"kron({b}, {a})"
         if isinstance(f, Comm):
@@ -300,6 +301,8 @@ class VecForm:
                 if pos.op == "add" or (not negative and c.op == "add"):
                     cs = f"\\left({cs}\\right)" if latex else f"({cs})"
                 s = f"{cs} {body}" if latex else f"{cs}*{body}"
+            if not negative and i > 0 and s.startswith("-"):
+                negative, s = True, s[1:]
             if negative:
                 parts.append(("-" if i == 0 else " - ") + s)
             else:
@@ -357,7 +360,7 @@ class VecForm:
 
         def dense(f):
             if isinstance(f, Kron):
-                if f.A.op == "eye" and f.B.op == "eye":
+                if _identity(f):
                     return f"np.eye({size(f.rows)})"
                 if _is_one(f.B):
                     return mat(f.A)

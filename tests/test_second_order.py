@@ -419,3 +419,20 @@ def test_second_order_benchmark_runs_quick():
                        text=True, timeout=300, cwd=script.parent)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "## HVP / gradient" in r.stdout and "## Dense Hessians" in r.stdout and "`A + A.T`" in r.stdout
+
+
+def test_closed_forms_with_scaled_identities_and_outer_products():
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal(5)
+    r = np.linalg.norm(x)
+    h = matcalc.hessian("norm2(x)", "x")
+    assert rel_err(h.matrix(x=x), np.eye(5) / r - np.outer(x, x) / r ** 3) < 1e-12
+    h = matcalc.hessian("mu*x:x + sum(x)**2", "x", shapes={"mu": ()})
+    assert rel_err(h.matrix(x=x, mu=0.7), 1.4 * np.eye(5) + 2 * np.ones((5, 5))) < 1e-12
+    X = rng.standard_normal((4, 3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        j = matcalc.jacobian("sum(X)*X", "X")
+    assert rel_err(j.matrix(X=X), X.sum() * np.eye(12) + np.outer(vec(X), np.ones(12))) < 1e-12
+    j = matcalc.jacobian("alpha*X", "alpha")
+    assert rel_err(j.matrix(alpha=2.0, X=X), vec(X)[:, None]) < 1e-12
