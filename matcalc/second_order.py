@@ -29,7 +29,6 @@ from .simplify import simplify, stabilize
 # ------------------------------------------------------------------ helpers
 
 def _typed_any(expr, shapes, definitions):
-    from .api import _typed  # noqa: F401  (same checks of the arguments)
     from .parse import parse
     from .shapes import typecheck
 
@@ -591,7 +590,7 @@ class Hessian(_LinearMap):
         self.out_shape = typed.user_shapes[wi]
         self._suffix = wi if self.diagonal else f"{wi}_{wrt_j}"
         dWi = ir.delta(wi, typed.symbols[wi].shape)
-        G, dWj = derivation.gradient, self.dW
+        G = derivation.gradient
         d = lambda e: ir.Expr("d", (e,), None, e.shape)  # noqa: E731
         lin = linear if linear is not None else ir.const(0.0, G.shape)
         first = ir.frob(G, dWi)
@@ -622,7 +621,6 @@ class Hessian(_LinearMap):
                 self.steps.append(step)
                 lin = self._factored
         self.steps.append(Step(ir.frob(lin, dWi), ir.frob(dWi, lin), note, frozenset(), note_tex))
-        self._dWj = dWj
 
     def __repr__(self):
         return f"<Hessian H[d{self.wrt}] = {self.text}, matrix {self.matrix_shape[0]}×{self.matrix_shape[1]}>"
@@ -652,13 +650,6 @@ class Hessian(_LinearMap):
 
     def _module_parts(self):
         return [self.derivation._grad_source[0]]
-
-    @cached_property
-    def _dense_fallback_vjp(self):
-        return None
-
-    def numpy_source_fallback_note(self):  # pragma: no cover
-        return ""
 
     @property
     def gradient_function(self):
@@ -726,7 +717,7 @@ def _check(m: _LinearMap, seed, tol, draws, domain, sizes):
     rng = np.random.default_rng(seed)
     if isinstance(m, Jacobian):
         f = m.value_function
-        wrt, wout = m.wrt, m.wrt
+        wrt = m.wrt
     else:
         f = m.gradient_function
         wrt = m.wrt_j

@@ -238,7 +238,7 @@ class VecForm:
         return {**self.names, **out}
 
     def _ir_text(self, e: Expr, latex: bool) -> tuple:
-        from .printing import ADD, to_latex, to_text
+        from .printing import to_latex, to_text
 
         names = self._names(e)
         e = _display_order(e, names)
@@ -284,7 +284,7 @@ class VecForm:
         raise TypeError(f)
 
     def _render(self, latex: bool) -> str:
-        from .printing import ADD, PROD, _neg_split, to_latex, to_text
+        from .printing import _neg_split, to_latex, to_text
 
         parts = []
         for i, (c, ch) in enumerate(self.terms):
