@@ -424,6 +424,7 @@ class _LinearMap:
         out = {"wrt": self.wrt, "expr": self.expr, self.kind: self.text, "latex": self.latex,
                "shape": list(self.shape), "shape_text": self.shape_text,
                "matrix_shape": list(self.matrix_shape), "kron": self.kron, "kron_latex": self.kron_latex,
+               "shape_reason": self.shape_reason,
                "numpy_source": self.numpy_source,
                "steps": [{"before": to_text(s.before, self._user_names),
                           "after": to_text(s.after, self._user_names), "identity": s.identity}

@@ -169,8 +169,8 @@ def _prepend(f, chain: tuple) -> tuple:
     g = fold(f, chain[0])
     if g is None:
         return (f,) + chain
-    if g == "identity":
-        return chain[1:]
+    if g == "identity":  # K_qp K_pq = I: an empty chain would lose the size
+        return chain[1:] or (Kron(ir.eye(f.q), ir.eye(f.p)),)
     return _prepend(g, chain[1:])
 
 
