@@ -436,3 +436,12 @@ def test_closed_forms_with_scaled_identities_and_outer_products():
     assert rel_err(j.matrix(X=X), X.sum() * np.eye(12) + np.outer(vec(X), np.ones(12))) < 1e-12
     j = matcalc.jacobian("alpha*X", "alpha")
     assert rel_err(j.matrix(alpha=2.0, X=X), vec(X)[:, None]) < 1e-12
+
+
+def test_double_commutation_is_the_identity_of_its_size():
+    """(dAᵀ)ᵀ-like terms: K_qp K_pq = I keeps its size (found by the soundness run)."""
+    h = matcalc.hessian("norm2(A.T + A)", "A", shapes={"A": ("n", "n")})
+    rng = np.random.default_rng(9)
+    A = rng.standard_normal((4, 4))
+    f = lambda a: float(np.linalg.norm(a["A"].T + a["A"]))  # noqa: E731
+    assert rel_err(h.matrix(A=A), fd_hessian(f, {"A": A}, "A")) < 1e-5
