@@ -445,3 +445,18 @@ def test_double_commutation_is_the_identity_of_its_size():
     A = rng.standard_normal((4, 4))
     f = lambda a: float(np.linalg.norm(a["A"].T + a["A"]))  # noqa: E731
     assert rel_err(h.matrix(A=A), fd_hessian(f, {"A": A}, "A")) < 1e-5
+
+
+GRADIENT_CASES = __import__("conftest").load_corpus()
+
+
+@pytest.mark.parametrize("case", GRADIENT_CASES, ids=[c["id"] for c in GRADIENT_CASES])
+def test_hessian_of_every_gradient_case_is_the_derivative_of_its_reference_gradient(case):
+    """The gradient corpus gives a second oracle: differences of each case's reference
+    gradient (NumPy source) are the Hessian's columns."""
+    h = matcalc.hessian(case["expr"], case["wrt"], shapes=case["shapes"])
+    inputs = case_inputs(case, 1)
+    H = h.matrix(**inputs)
+    fd = fd_jacobian(lambda a: np_eval(case["reference"], a), inputs, case["wrt"])
+    assert rel_err(H, fd) < 1e-5, (h.text, h.kron)
+    assert np.max(np.abs(H - H.T), initial=0.0) <= 1e-9 * max(np.max(np.abs(H), initial=0.0), 1e-300)
