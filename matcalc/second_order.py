@@ -477,7 +477,7 @@ class Jacobian(_LinearMap):
         if raw is not None:
             self.steps.append(Step(dF, raw, "differential: " + "; ".join(rules), frozenset(),
                                    "\\text{differential}"))
-            if linear is not raw:
+            if linear is not None and to_text(linear) != to_text(raw):
                 self.steps.append(Step(raw, linear, "simplify (collect like terms, fold constants)",
                                        frozenset(), "\\text{simplify}"))
             if linear is not None:
@@ -606,7 +606,7 @@ class Hessian(_LinearMap):
             self.steps.append(Step(ir.frob(d(G), dWi), ir.frob(raw, dWi),
                                    "differential of the gradient: " + "; ".join(rules), frozenset(),
                                    "\\text{differential of the gradient}"))
-            if linear is not raw:
+            if to_text(lin) != to_text(raw):
                 self.steps.append(Step(ir.frob(raw, dWi), ir.frob(lin, dWi), "simplify", frozenset(),
                                        "\\text{simplify}"))
         if self.diagonal:
