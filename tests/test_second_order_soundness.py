@@ -79,9 +79,9 @@ def test_hessians_match_second_differences_and_are_symmetric(case, seed):
         U, V = rng.standard_normal(n), rng.standard_normal(n)
         hv = vec(h.hvp(unvec(V, np.shape(inputs[w])), **inputs))
         hu = vec(h.hvp(unvec(U, np.shape(inputs[w])), **inputs))
-        tiny = 1e-12 * max(1.0, abs(f0)) * np.abs(V).sum()
+        tiny = 1e-10 * max(1.0, abs(f0)) * np.abs(V).sum()
         assert np.max(np.abs(hv - H @ V)) <= 1e-9 * scale * np.abs(V).sum() + tiny
-        assert abs(U @ hv - hu @ V) <= (1e-9 * scale + 1e-12 * max(1.0, abs(f0))) * np.abs(U).sum() * np.abs(V).sum()
+        assert abs(U @ hv - hu @ V) <= (1e-9 * scale + 1e-10 * max(1.0, abs(f0))) * np.abs(U).sum() * np.abs(V).sum()
         # the dense matrix against second differences of the generator's own λ
         for _ in range(3):
             U, V = rng.standard_normal(n), rng.standard_normal(n)
@@ -157,6 +157,7 @@ def test_jacobians_match_differences_and_products(case, seed):
         G = rng.standard_normal(F0.size)
         jv = vec(j.jvp(unvec(V, shape), **inputs))
         jg = vec(j.vjp(unvec(G, F0.shape), **inputs))
-        scale = float(np.max(np.abs(J), initial=0.0)) + 1e-12 * max(1.0, float(np.max(np.abs(F0))))
+        # a zero Jacobian computed two ways differs by rounding of the size of eps·|F|
+        scale = float(np.max(np.abs(J), initial=0.0)) + 1e-6 * max(1.0, float(np.max(np.abs(F0))))
         assert np.max(np.abs(jv - J @ V)) <= 1e-9 * scale * np.abs(V).sum()
         assert np.max(np.abs(jg - J.T @ G)) <= 1e-9 * scale * np.abs(G).sum()
