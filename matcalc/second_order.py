@@ -652,7 +652,7 @@ class Hessian(_LinearMap):
     def _module_parts(self):
         return [self.derivation._grad_source[0]]
 
-    @property
+    @cached_property
     def gradient_function(self):
         from .api import GradientFunction
         from .codegen import sanitize
