@@ -128,6 +128,8 @@ def fold(f, g):
     if isinstance(f, Kron) and _is_one(f.B) and isinstance(g, ColV):
         c = _like(g.c, (f.A.shape[1], 1))
         if c is not None:
+            if f.A.op == "Diag":  # Diag(h) c = h∘c
+                return ColV(simplify(s_mul(f.A.args[0], c)))
             return ColV(simplify(s_matmul(f.A, c)))
     if isinstance(f, ColV) and isinstance(g, RowV) and 1 in f.c.shape and 1 in g.C.shape:
         c, C = _like(f.c, (f.c.shape[0] * f.c.shape[1], 1)), _like(g.C, (g.C.shape[0] * g.C.shape[1], 1))
@@ -610,9 +612,14 @@ VEC_RULES = {
     "matmul": _r_matmul,
     "T": _r_T,
     "frob": _r_frob,
-    "sum": lambda e, forms, lin: forms[0].then(RowV(const(1.0, e.args[0].shape))),
-    "tr": lambda e, forms, lin: forms[0].then(RowV(ir.eye(e.args[0].shape[0]))),
+    "sum": lambda e, forms, lin: forms[0].then(RowV(const(1.0, e.args[0].shape))) if _full(e) else None,
+    "tr": lambda e, forms, lin: forms[0].then(RowV(ir.eye(e.args[0].shape[0]))) if _full(e) else None,
 }
+
+
+def _full(e: Expr) -> bool:
+    """A reduction over every entry (not along an axis)."""
+    return e.shape == SCALAR and len(e.args) == 1 and e.attr is None
 
 
 def vec_form(L: Expr | None, dW: Expr, out_shape=None) -> VecForm | None:
