@@ -100,6 +100,15 @@ def _is_one(e: Expr) -> bool:
     return e.op == "const" and e.shape == SCALAR and e.attr == 1.0
 
 
+def _mm(a: Expr, b: Expr) -> Expr:
+    """a@b, with Diag(h) applied to a column as h∘c (also inside an outer product c rᵀ)."""
+    if a.op == "Diag" and b.op == "matmul" and b.args[0].shape[1] == 1 and b.args[0].shape[0] != 1:
+        return simplify(s_matmul(s_mul(a.args[0], b.args[0]), b.args[1]))
+    if a.op == "Diag" and b.shape[1] == 1 and b.shape[0] != 1:
+        return simplify(s_mul(a.args[0], b))
+    return s_matmul(a, b)
+
+
 def _is_eye(e: Expr) -> bool:
     return e.op == "eye"
 
@@ -121,7 +130,7 @@ def fold(f, g):
         return g
     if isinstance(f, Kron) and isinstance(g, Kron):
         if f.A.shape[1] == g.A.shape[0] and f.B.shape[1] == g.B.shape[0]:
-            return kron(s_matmul(f.B, g.B), s_matmul(f.A, g.A))
+            return kron(_mm(f.B, g.B), _mm(f.A, g.A))
         return None
     if isinstance(f, Comm) and isinstance(g, Comm) and (f.p, f.q) == (g.q, g.p):
         return "identity"
