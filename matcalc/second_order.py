@@ -790,7 +790,17 @@ def _compare(m, f, inputs, wrt, rng, h=1e-6, max_cols=24):
     prod = m.jvp(Vt, **inputs) if isinstance(m, Jacobian) else m.hvp(Vt, **inputs)
     errs.append(float(np.max(np.abs(np.reshape(prod, -1, order="F") - J @ V), initial=0.0))
                 / max(denom * max(1.0, np.abs(V).sum()), 1e-300))
-    count += 1
+    # and the product itself against central differences of f along V
+    if n > 1:
+        Vn = V / np.linalg.norm(V)
+        step = h * max(1.0, float(np.max(np.abs(flat))))
+        a = dict(inputs, **{wrt: (flat + step * Vn).reshape(shape, order="F")})
+        b = dict(inputs, **{wrt: (flat - step * Vn).reshape(shape, order="F")})
+        fdv = (np.reshape(np.asarray(f(**a), float), -1, order="F")
+               - np.reshape(np.asarray(f(**b), float), -1, order="F")) / (2 * step)
+        errs.append(float(np.max(np.abs(np.reshape(prod, -1, order="F") / np.linalg.norm(V) - fdv),
+                                 initial=0.0)) / denom)
+    count += 2
     if isinstance(m, Jacobian):
         Gc = rng.standard_normal(J.shape[0])
         out_shape = m._concrete(m.out_shape, inputs)
