@@ -6,7 +6,8 @@
     'alpha*(exp(W@x + c) - 1)@x.T'
 """
 from .api import Derivation, GradientFunction, ValueAndGrad, derive, value_and_grad
-from .errors import DeriveError, MatcalcError, ParseError, ShapeError
+from .errors import DeriveError, MatcalcError, NotationWarning, ParseError, ShapeError
+from .second_order import Hessian, Jacobian, hessian, jacobian
 
 
 def op(expr, backend="torch", shapes=None, definitions=None):
@@ -19,4 +20,4 @@ def op(expr, backend="torch", shapes=None, definitions=None):
 __version__ = "0.1.0"
 
 __all__ = ["derive", "value_and_grad", "ValueAndGrad", "Derivation", "GradientFunction", "MatcalcError", "ParseError", "ShapeError",
-           "DeriveError", "op", "__version__"]
+           "DeriveError", "op", "__version__", "hessian", "jacobian", "Hessian", "Jacobian", "NotationWarning"]

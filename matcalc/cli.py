@@ -59,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="worker processes that run derivations (default 2)")
     s.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
                    help="stop a derivation after this long (default 10)")
+    from .second_order import add_cli_parsers
+
+    add_cli_parsers(sub)
     return p
 
 
@@ -94,6 +97,10 @@ def run(argv=None) -> int:
         from .web import serve
 
         return serve(args)
+    if args.command in ("hessian", "jacobian"):
+        from .second_order import run_cli
+
+        return run_cli(args)
     if args.command != "derive":
         build_parser().print_help(sys.stderr)
         return EXIT_REFUSED

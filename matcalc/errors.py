@@ -51,3 +51,8 @@ class DeriveError(MatcalcError):
     """The request itself is refused (wrt not a symbol of the expression, bad option)."""
 
     kind = "error"
+
+
+class NotationWarning(UserWarning):
+    """Accepted input that probably does not mean what was meant (the Jacobian of a scalar,
+    which is the gradient's transpose, say); the message says what was done instead."""

@@ -81,3 +81,14 @@ def test_a_chain_of_definitions_emits_code_linear_in_its_length():
     assert len(d.numpy_source) < 20000
     assert len(d.value_function.source) < 20000
     assert "l29" in d.numpy_source.split('"""')[1]  # λ named as the user named it
+
+
+def test_second_order_results_of_a_chain_of_definitions_stay_small():
+    # Hessian steps and texts once wrote the gradient out as a tree (a MemoryError at 11 definitions)
+    defs = {"l0": "exp(x)"}
+    for i in range(1, 30):
+        defs[f"l{i}"] = f"exp(l{i - 1}) + sin(l{i - 1})*l{i - 1}"
+    h = matcalc.hessian("sum(l29)", wrt="x", definitions=defs)
+    j = matcalc.jacobian("l29", wrt="x", definitions=defs)
+    for r in (h, j):
+        assert len(r.text) < 50000 and len(r.steps_latex) < 200000 and len(r.numpy_source) < 100000

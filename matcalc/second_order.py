@@ -1,0 +1,1011 @@
+"""Jacobians and Hessians in the differential style.
+
+``jacobian(F, wrt)``: dF = J[dW], the differential of an array-valued F, kept in matrix
+notation with dW inside (dF = dW@x); ``hessian(λ, wrt)``: the second differential
+d²λ = d(G:dW) = dG:dW (d(dW) = 0 for the variable), so H[dW] = dG, the differential of
+the gradient (forward over reverse).  A Hessian of a twice differentiable λ is
+self-adjoint, and dG is that map itself, so the identification theorem's
+symmetrisation H = ½(A + A*) leaves it as it is.
+
+Each result has the map in matcalc syntax (``.text``), LaTeX, the steps, its vec form
+(``.kron``: vec(dF) = J vec(dW), column-major, see ``vecform``) and one NumPy module with
+the matrix-free product (``jvp``/``hvp``), the transposed product (``vjp``) and the dense
+matrix (``matrix``).
+"""
+from __future__ import annotations
+
+import difflib
+import warnings
+from functools import cached_property
+
+from . import ir
+from .api import MAX_TREE
+from .adjoint import Step, pullback
+from .differential import differential
+from .errors import DeriveError, NotationWarning, ShapeError
+from .naming import shared_names, tree_size
+from .printing import tex_name, to_latex, to_text
+from .simplify import simplify, stabilize
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def _doc(e, names) -> str:
+    """An expression for a docstring: with the definitions' names, at most 200 characters."""
+    t = to_text(e, names)
+    return t if len(t) <= 200 else t[:150] + " … " + t[-40:]
+
+def _typed_any(expr, shapes, definitions):
+    from .parse import parse
+    from .shapes import typecheck
+
+    if definitions is not None and not isinstance(definitions, dict):
+        raise DeriveError("definitions must be a dict name -> expression text")
+    return typecheck(parse(expr), expr, shapes, definitions)
+
+
+def _check_wrt(typed, wrt):
+    if not isinstance(wrt, str):
+        raise DeriveError(f"wrt must be a symbol name, got {wrt!r}")
+    if "d" + wrt in typed.symbols:
+        raise DeriveError(f"the symbol d{wrt} would read as the differential of {wrt} in the result "
+                          f"(d{wrt} is reserved there): rename it")
+    if wrt not in typed.symbols:
+        names = list(typed.symbols)
+        close = [n for n in names if n.lower() == wrt.lower()] or difflib.get_close_matches(wrt, names, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise DeriveError(f"{wrt!r} does not occur in the expression{hint}; its symbols are "
+                          + ", ".join(names))
+
+
+def substitute(e: ir.Expr, old: ir.Expr, new: ir.Expr) -> ir.Expr:
+    """e with the node ``old`` replaced by ``new`` (same shape)."""
+    memo: dict = {}
+    for n in ir.walk(e):
+        if n is old:
+            memo[n] = new
+            continue
+        args = tuple(memo[a] for a in n.args)
+        memo[n] = n if all(a is b for a, b in zip(args, n.args)) else ir.Expr(n.op, args, n.attr, n.shape)
+    return memo[e]
+
+
+def _free_name(base: str, taken) -> str:
+    name = base
+    while name in taken:
+        name += "_"
+    return name
+
+
+def size_text(shape) -> object:
+    """The number of entries of a user shape: an int, a dim name, or a product 'n*m'."""
+    dims = [d for d in shape if d != 1]
+    if not dims:
+        return 1
+    if all(isinstance(d, int) for d in dims):
+        out = 1
+        for d in dims:
+            out *= d
+        return out
+    return dims[0] if len(dims) == 1 else "*".join(str(d) for d in dims)
+
+
+def _shape_str(shape) -> str:
+    from .api import shape_str
+
+    return shape_str(shape)
+
+
+def _shape_tex(shape) -> str:
+    from .api import shape_tex
+
+    return shape_tex(shape)
+
+
+def _size_tex(shape) -> str:
+    s = size_text(shape)
+    return str(s).replace("*", " ")
+
+
+_DENSE_HELPER = '''def _dense_from(jvp, vjp, w_shape, f_shape, values):
+    """The dense matrix column by column from the product with basis tangents (or row by
+    row from the transposed product, whichever needs fewer calls); vec is column-major."""
+    n, m = int(np.prod(w_shape)), int(np.prod(f_shape))
+    out = np.empty((m, n))
+    if vjp is None or n <= m:
+        fn, k, shape, rows = jvp, n, w_shape, False
+    else:
+        fn, k, shape, rows = vjp, m, f_shape, True
+    e = np.zeros(k)
+    for j in range(k):
+        e[j] = 1.0
+        t = e.reshape(shape, order="F") if shape else 1.0
+        col = np.reshape(fn(t, **values), -1, order="F")
+        if rows:
+            out[j, :] = col
+        else:
+            out[:, j] = col
+        e[j] = 0.0
+    return out
+'''
+
+
+# ------------------------------------------------------------------ the common part
+
+class _LinearMap:
+    """A linear map L[dW] (the IR ``linear``, in ``delta(wrt)``) from W's shape to the shape
+    of ``out``, with its vec form and NumPy functions."""
+
+    kind = ""          # "jacobian" or "hessian"
+    product = ""       # "jvp" or "hvp"
+
+    def _setup(self, expr, typed, wrt, out_node, linear, user_names):
+        self.expr = expr
+        self.wrt = wrt
+        self.symbols = typed.symbols
+        self.user_shapes = typed.user_shapes
+        self.shape = typed.user_shapes[wrt]
+        self.dW = ir.delta(wrt, typed.symbols[wrt].shape)
+        self.linear = linear                     # simplified, or None (the zero map)
+        self.out_node = out_node
+        self._user_names = user_names
+        if linear is not None and tree_size(linear) > MAX_TREE:  # written out it would be huge
+            taken = set(typed.symbols) | set(user_names.values())
+            self._user_names = {**user_names, **shared_names([linear], taken, user_names)}
+
+    @cached_property
+    def _step_names(self):
+        """The names the steps print with: the user's, and u1, u2, … for shared parts where
+        a step written out would be huge."""
+        roots = [st.after for st in self.steps] + [st.before for st in self.steps]
+        if not roots or max(tree_size(r) for r in roots) <= MAX_TREE:
+            return self._user_names
+        taken = set(self.symbols) | set(self._user_names.values())
+        return {**self._user_names, **shared_names(roots, taken, self._user_names)}
+
+    # ---- text
+    @property
+    def _zero(self):
+        return ir.const(0.0, self.out_node.shape)
+
+    @property
+    def _shown(self):
+        """The map as printed: the factored form when there is one (dW written once)."""
+        if self.linear is None:
+            return self._zero
+        return self._factored if self._factored is not None else self.linear
+
+    @cached_property
+    def text(self) -> str:
+        return to_text(self._shown, self._user_names)
+
+    @cached_property
+    def latex(self) -> str:
+        return to_latex(self._shown, self._user_names)
+
+    @cached_property
+    def _factored(self):
+        """A@dW@B.T when dW occurs several times in the map but its vec form is one Kronecker
+        product B ⊗ A (dp = (Diag(p) - p@p.T)@dW@x), else None."""
+        from .simplify import s_matmul, s_mul, s_T
+        from .vecform import Kron, _is_one
+
+        L, vf = self.linear, self._vec
+        if L is None or vf is None or len(vf.terms) != 1 or _delta_count(L, self.dW) < 2:
+            return None
+        c, chain = vf.terms[0]
+        if len(chain) != 1 or not isinstance(chain[0], Kron):
+            return None
+        k = chain[0]
+        dW = self.dW
+        if k.A.shape[1] != dW.shape[0] or not (_is_one(k.B) and dW.shape[1] == 1
+                                                 or k.B.shape[1] == dW.shape[1]):
+            return None
+        out = s_matmul(k.A, dW)
+        if not _is_one(k.B):
+            out = s_matmul(out, s_T(k.B))
+        out = simplify(s_mul(c, out))
+        if out.shape != L.shape:
+            if out.shape[::-1] == L.shape and 1 in L.shape:
+                out = simplify(s_T(out))
+            else:
+                return None
+        return out
+
+    def _factor_step(self, before, wrap=lambda e: e):
+        """The step to the factored form, if any."""
+        if self._factored is None:
+            return None
+        return Step(wrap(before), wrap(self._factored),
+                    "collect d" + self.wrt + ": vec(A dW Bᵀ) = (B ⊗ A) vec(dW) read back", frozenset(),
+                    "\\text{collect } \\mathrm{d}" + tex_name(self.wrt))
+
+    @cached_property
+    def _vec(self):
+        from .vecform import vec_form
+
+        vf = vec_form(self.linear, self.dW, self.out_node.shape)
+        if vf is not None and self._user_names:
+            vf.names = dict(self._user_names)
+        return vf
+
+    @property
+    def kron(self) -> str | None:
+        """The vec form J of vec(L[dW]) = J vec(dW) as text (kron, vec, Diag, K_pq, I_n), or None."""
+        return None if self._vec is None else self._vec.text
+
+    @property
+    def kron_latex(self) -> str | None:
+        return None if self._vec is None else self._vec.latex
+
+    @property
+    def shape_text(self) -> str:
+        return _shape_str(self.shape)
+
+    @property
+    def matrix_shape(self) -> tuple:
+        """(rows, columns) of the dense matrix: entries of the result by entries of dW."""
+        return (size_text(self._out_user_shape), size_text(self.shape))
+
+    @property
+    def _out_user_shape(self):
+        return tuple(d for d in self.out_node.shape if d != 1) if self.out_node.shape != ir.SCALAR else ()
+
+    # ---- code
+    @cached_property
+    def _fnames(self):
+        from .codegen import sanitize
+
+        suffix = sanitize([self._suffix])[self._suffix].strip("_") or "w"
+        return {"product": f"{self.product}_{suffix}", "vjp": f"vjp_{suffix}",
+                "dense": f"{self.kind}_{suffix}"}
+
+    @cached_property
+    def _params(self):
+        return list(self.user_shapes)
+
+    def _positional(self, src: str, fname: str, tname_py: str) -> str:
+        """def f(*, a, b, t): -> def f(t, /, *, a, b): (the tangent positional-only)."""
+        lines = src.split("\n")
+        for i, line in enumerate(lines):
+            if line.startswith(f"def {fname}(*, "):
+                inner = line[len(f"def {fname}(*, "):-2]
+                rest = [p for p in inner.split(", ") if p != tname_py]
+                lines[i] = f"def {fname}({tname_py}, /, *, {', '.join(rest)}):"
+                break
+        return "\n".join(lines)
+
+    def _product_source(self, fname, node, tangent_key, tangent_node, doc):
+        """Source of ``fname(t, /, **values)`` computing ``node`` with ``tangent_node`` = t."""
+        from .codegen import function_source
+
+        if node is None:
+            node = ir.const(0.0, self._result_shape(fname))
+        syms = dict(self.symbols)
+        syms[tangent_key] = tangent_node
+        src, params = function_source(fname, [node], self._params + [tangent_key], syms, doc)
+        return self._positional(src, fname, params[tangent_key]), params
+
+    def _result_shape(self, fname):
+        return self.out_node.shape if fname == self._fnames["product"] else self.dW.shape
+
+    @cached_property
+    def _tangent(self):
+        key = _free_name("d" + self.wrt, self.symbols)
+        return key, ir.sym(key, self.dW.shape)
+
+    @cached_property
+    def _cotangent(self):
+        key = _free_name("G", self.symbols)
+        return key, ir.sym(key, self.out_node.shape)
+
+    @cached_property
+    def vjp_node(self):
+        """The transposed map as IR in the cotangent symbol: ∂(G:L[dW])/∂W."""
+        if self.linear is None:
+            return None
+        key, G = self._cotangent
+        dlam = ir.frob(G, self.linear) if self.linear.shape != ir.SCALAR else ir.mul(G, self.linear)
+        grad, _ = pullback(dlam, self.dW, record=False)
+        return grad
+
+    def _module_parts(self) -> list:
+        return []
+
+    def _has_vjp(self) -> bool:
+        return True
+
+    @cached_property
+    def numpy_source(self) -> str:
+        """One standalone NumPy module: the product, the transposed product and the dense matrix."""
+        from .codegen import function_source, module_source, np_shape, sanitize
+        from .vecform import HELPERS as VHELPERS
+
+        names = self._fnames
+        tkey, tnode = self._tangent
+        prod_node = substitute(self.linear, self.dW, tnode) if self.linear is not None else None
+        doc = self._product_doc()
+        parts = list(self._module_parts())
+        src, params = self._product_source(names["product"], prod_node, tkey, tnode, doc)
+        parts.append(src)
+        if self._has_vjp():
+            ckey, cnode = self._cotangent
+            vsrc, _ = self._product_source(names["vjp"], self.vjp_node, ckey, cnode, self._vjp_doc())
+            parts.append(vsrc)
+        py = sanitize(self._params)
+        dim_src: dict = {}
+        for name in self._params:
+            for axis, d in enumerate(np_shape(self.symbols[name].shape)):
+                if isinstance(d, str):
+                    dim_src.setdefault(d, f"{py[name]}.shape[{axis}]")
+
+        def dim(d):
+            return str(d) if isinstance(d, int) else dim_src[d]
+
+        def shape_code(shape):
+            ds = [dim(d) for d in np_shape(shape)]
+            return "(" + ", ".join(ds) + ("," if len(ds) == 1 else "") + ")"
+
+        vf = self._vec
+        dname = names["dense"]
+        ddoc = self._dense_doc()
+        extra = set()
+        if vf is not None:
+            pieces = vf.pieces() or [ir.const(0.0)]
+            box = {}
+
+            def returns(results):
+                code = dict(zip(pieces, results))
+                s, helpers = vf.dense_expr(code, dim)
+                box["helpers"] = helpers
+                return s
+
+            # each piece twice: the emitter then computes every piece once, into a temporary
+            dsrc, _ = function_source(dname, pieces + pieces, self._params, self.symbols, ddoc,
+                                      returns=returns)
+            extra = box["helpers"]
+        else:
+            values = "dict(" + ", ".join(f"{v}={v}" for v in py.values()) + ")"
+            vjp = names["vjp"] if self._has_vjp() else "None"
+            dsrc = (f"def {dname}(*, {', '.join(py[p] for p in self._params)}):\n"
+                    f"    {ddoc!r}\n"
+                    f"    return _dense_from({names['product']}, {vjp}, {shape_code(self.dW.shape)}, "
+                    f"{shape_code(self.out_node.shape)}, {values})\n")
+            parts.insert(0, _DENSE_HELPER)
+        helper_src = "".join(VHELPERS[h] + "\n\n" for h in sorted(extra))
+        parts.append(helper_src + dsrc)
+        return module_source(parts)
+
+    @cached_property
+    def _gf(self):
+        """The dense function wrapped (argument checks and conversion), the module's namespace."""
+        from .api import GradientFunction
+        from .codegen import sanitize
+
+        gf = GradientFunction(self.numpy_source, self._fnames["dense"], sanitize(self._params),
+                              self.user_shapes)
+        return gf
+
+    def _fn(self, key):
+        return self._gf._f.__globals__[self._fnames[key]]
+
+    def _convert(self, values):
+        return self._gf.convert(values)
+
+    def _tangent_array(self, V, values, shape_user, what):
+        import numpy as np
+
+        target = self._concrete(shape_user, values)
+        arr = np.asarray(V, dtype=float)
+        if not target:
+            if arr.size != 1:
+                raise ShapeError(f"{what} must be a scalar here, got an array of shape {arr.shape}")
+            return float(arr.reshape(()))
+        if arr.shape != target:
+            if arr.size == int(np.prod(target)) and len(target) == 1 and 1 in arr.shape:
+                return arr.reshape(target)
+            raise ShapeError(f"{what} must have shape {target}, got {arr.shape}")
+        return arr
+
+    def _concrete(self, shape_user, values):
+        import numpy as np
+
+        sizes = {}
+        for name, shape in self.user_shapes.items():
+            if name in values:
+                for d, s in zip(shape, np.shape(values[name])):
+                    sizes.setdefault(d, s)
+        return tuple(d if isinstance(d, int) else sizes[d] for d in shape_user if d != 1)
+
+    def matrix(self, **values):
+        """The dense matrix, (entries of the result) × (entries of dW), column-major vec order."""
+        import numpy as np
+
+        out = self._gf(**values)
+        return np.asarray(out, dtype=float)
+
+    def _apply(self, key, V, values, in_shape, out_shape, what):
+        import numpy as np
+
+        conv = self._convert(values)
+        t = self._tangent_array(V, values, in_shape, what)
+        out = self._fn(key)(t, **conv)
+        target = self._concrete(out_shape, values)
+        if not target:
+            return float(np.reshape(out, ()))
+        return np.reshape(np.asarray(out, dtype=float), target)
+
+    # ---- presentation
+    def _steps_rows(self, printer) -> list:
+        return [(printer(st.before, self._step_names), printer(st.after, self._step_names), st.identity)
+                for st in self.steps]
+
+    def to_dict(self, check=None) -> dict:
+        out = {"wrt": self.wrt, "expr": self.expr, self.kind: self.text, "latex": self.latex,
+               "shape": list(self.shape), "shape_text": self.shape_text,
+               "matrix_shape": list(self.matrix_shape), "kron": self.kron, "kron_latex": self.kron_latex,
+               "shape_reason": self.shape_reason,
+               "numpy_source": self.numpy_source,
+               "steps": [{"before": to_text(s.before, self._step_names),
+                          "after": to_text(s.after, self._step_names), "identity": s.identity}
+                         for s in self.steps]}
+        if check is not None:
+            out["check"] = check.to_dict()
+        return out
+
+    @cached_property
+    def steps_latex(self) -> str:
+        from .api import _tex_escape
+
+        rows = []
+        for i, (lhs, st) in enumerate(zip(self._step_lhs_latex(), self.steps)):
+            note = st.identity_latex or f"\\text{{{_tex_escape(st.identity)}}}"
+            rows.append(f"{lhs} &= {to_latex(st.after, self._step_names)} && {note}")
+        if self.kron_latex is not None:
+            rows.append(f"{self._vec_lhs_latex()} &= {self.kron_latex}"
+                        f" && \\text{{vec form, column-major}}")
+        return "\\begin{aligned}\n" + " \\\\\n".join(rows) + "\n\\end{aligned}"
+
+    def _repr_latex_(self):
+        return f"${self._head_latex()}$"
+
+    def _repr_markdown_(self):
+        out = f"$${self._head_latex()}$$\n\n"
+        if self.kron_latex is not None:
+            out += f"$${self._vec_lhs_latex()} = {self.kron_latex}$$\n\n"
+        out += (f"dense: {self.matrix_shape[0]} × {self.matrix_shape[1]}, column-major vec order\n\n"
+                "<details><summary>derivation</summary>\n\n$$" + self.steps_latex + "$$\n\n</details>\n")
+        return out
+
+
+# ------------------------------------------------------------------ Jacobian
+
+class Jacobian(_LinearMap):
+    """dF = J[dW] for an array-valued F: ``text`` (with dW), ``kron``, ``jvp``, ``vjp``,
+    ``matrix`` (size F × size W, column-major vec), ``check``."""
+
+    kind = "jacobian"
+    product = "jvp"
+
+    def __init__(self, expr, typed, wrt, primal, raw, linear, rules, user_names):
+        self._setup(expr, typed, wrt, primal, linear, user_names)
+        self.F = primal
+        self._suffix = wrt
+        self.out_shape = self._out_user_shape
+        dF = ir.Expr("d", (primal,), None, primal.shape)
+        self.steps: list[Step] = []
+        if raw is not None:
+            self.steps.append(Step(dF, raw, "differential: " + "; ".join(rules), frozenset(),
+                                   "\\text{differential}"))
+            if linear is not None and linear is not raw:
+                self.steps.append(Step(raw, linear, "simplify (collect like terms, fold constants)",
+                                       frozenset(), "\\text{simplify}"))
+            if linear is not None:
+                step = self._factor_step(linear)
+                if step is not None:
+                    self.steps.append(step)
+
+    def __repr__(self):
+        return f"<Jacobian dF = {self.text} (d{self.wrt}), matrix {self.matrix_shape[0]}×{self.matrix_shape[1]}>"
+
+    def __str__(self):
+        return f"dF = {self.text}"
+
+    def jvp(self, V, /, **values):
+        """J[V]: dF along the tangent V (W's shape); the result has F's shape."""
+        return self._apply("product", V, values, self.shape, self.out_shape, "the tangent V")
+
+    def vjp(self, G, /, **values):
+        """Jᵀ[G]: the cotangent G (F's shape) pulled back to W's shape; equals ∂(G:F)/∂W."""
+        return self._apply("vjp", G, values, self.out_shape, self.shape, "the cotangent G")
+
+    def _product_doc(self):
+        return f"dF for F = {_doc(self.F, self._user_names)} along the tangent d{self.wrt} (the shape of {self.wrt})."
+
+    def _vjp_doc(self):
+        return f"The pullback of the cotangent G (the shape of F) to {self.wrt}: the gradient of G:F."
+
+    def _dense_doc(self):
+        return (f"The Jacobian of F = {_doc(self.F, self._user_names)} wrt {self.wrt}: (size F, size {self.wrt}), "
+                "column-major vec order.")
+
+    def _module_parts(self):
+        from .codegen import function_source
+
+        src, _ = function_source("value", [simplify(self.F)], self._params, self.symbols, "F")
+        return [src]
+
+    @cached_property
+    def value_function(self):
+        from .api import GradientFunction
+        from .codegen import sanitize
+
+        return GradientFunction(self.numpy_source, "value", sanitize(self._params), self.user_shapes)
+
+    def _step_lhs_latex(self):
+        return ["\\mathrm{d}F"] + ["" for _ in self.steps[1:]]
+
+    def _vec_lhs_latex(self):
+        return (f"\\frac{{\\partial \\operatorname{{vec}} F}}{{\\partial \\operatorname{{vec}} "
+                f"{tex_name(self.wrt)}}}")
+
+    def _head_latex(self):
+        return (f"\\mathrm{{d}}F = {self.latex},\\quad F = {to_latex(self.F, self._user_names)}"
+                f"\\quad \\text{{matrix }} {_size_tex(self._out_user_shape)} \\times {_size_tex(self.shape)}")
+
+    def derivation_lines(self) -> list[str]:
+        lines = [f"F = {to_text(self.F, self._user_names)}    ({_describe(self.out_node.shape)})"]
+        for i, st in enumerate(self.steps):
+            prefix = "dF = " if i == 0 else "   = "
+            lines.append(f"{prefix}{to_text(st.after, self._step_names)}    [{st.identity}]")
+        if not self.steps:
+            lines.append(f"dF = 0    [F does not change with {self.wrt}]")
+        if self.kron is not None:
+            lines.append(f"vec(dF) = J vec(d{self.wrt}),  J = {self.kron}")
+        lines.append(self.shape_reason)
+        return lines
+
+    @property
+    def shape_reason(self) -> str:
+        r, c = self.matrix_shape
+        return (f"J is {r}×{c}: one row per entry of F {_shape_str(self.out_shape)}, one column per "
+                f"entry of {self.wrt} {self.shape_text}, both in column-major vec order")
+
+    def check(self, seed: int = 0, tol: float = 1e-5, draws: int = 2, domain: dict | None = None,
+              sizes: dict | None = None):
+        """The dense Jacobian against central differences of F, and jvp/vjp against it."""
+        return _check(self, seed, tol, draws, domain, sizes)
+
+
+def _delta_count(e, dW) -> int:
+    """How many times dW is written in e (as a tree)."""
+    counts: dict = {}
+    for n in ir.walk(e):
+        counts[n] = 1 if n is dW else sum(counts[a] for a in n.args)
+    return counts[e]
+
+
+def _describe(shape):
+    return "a scalar" if shape == ir.SCALAR else ir.fmt_shape(shape)
+
+
+# ------------------------------------------------------------------ Hessian
+
+class Hessian(_LinearMap):
+    """d²λ = dW : H[dW]: ``text`` is H[dW], ``kron`` its vec form, ``hvp``, ``matrix``
+    (size W × size W, column-major vec), ``check``.  For a block of ``hessian(λ, [X, W])``,
+    (Wi, Wj) maps dWj to Wi's shape: d²λ = dWi : H_ij[dWj]."""
+
+    kind = "hessian"
+    product = "hvp"
+
+    def __init__(self, derivation, wrt_j, typed, raw, linear, rules):
+        wi = derivation.wrt
+        self._setup(derivation.expr, typed, wrt_j, derivation.gradient, linear, derivation._user_names)
+        self.derivation = derivation
+        self.lam = derivation.lam
+        self.gradient = derivation.gradient
+        self.wrt_i, self.wrt_j = wi, wrt_j
+        self.pair = (wi, wrt_j)
+        self.diagonal = wi == wrt_j
+        self.out_shape = typed.user_shapes[wi]
+        self._suffix = wi if self.diagonal else f"{wi}_{wrt_j}"
+        dWi = ir.delta(wi, typed.symbols[wi].shape)
+        G = derivation.gradient
+        d = lambda e: ir.Expr("d", (e,), None, e.shape)  # noqa: E731
+        lin = linear if linear is not None else ir.const(0.0, G.shape)
+        first = ir.frob(G, dWi)
+        self.steps: list[Step] = [
+            Step(d(self.lam), first, f"the gradient: dλ = (∂λ/∂{wi}):d{wi}", frozenset(),
+                 "\\text{the gradient}"),
+            Step(d(first), ir.frob(d(G), dWi),
+                 f"d(A:B) = dA:B + A:dB; d(d{wi}) = 0 (d{wi} is a fixed direction)", frozenset(),
+                 f"\\mathrm{{d}}(A:B) = \\mathrm{{d}}A:B + A:\\mathrm{{d}}B;\\ \\mathrm{{d}}^2 {tex_name(wi)} = 0"),
+        ]
+        if raw is not None:
+            self.steps.append(Step(ir.frob(d(G), dWi), ir.frob(raw, dWi),
+                                   "differential of the gradient: " + "; ".join(rules), frozenset(),
+                                   "\\text{differential of the gradient}"))
+            if lin is not raw:
+                self.steps.append(Step(ir.frob(raw, dWi), ir.frob(lin, dWi), "simplify", frozenset(),
+                                       "\\text{simplify}"))
+        if self.diagonal:
+            note = (f"A:B = B:A; H[d{wi}] = dG is self-adjoint (⟨U, H[V]⟩ = ⟨H[U], V⟩), so the "
+                    "identification theorem's H = ½(A + A*) is A itself")
+            note_tex = ("A:B = B:A;\\ \\text{self-adjoint, so } H = \\tfrac{1}{2}(A + A^{*}) = A")
+        else:
+            note = f"A:B = B:A; the block (∂²λ/∂{wi}∂{wrt_j}) maps d{wrt_j} to the shape of {wi}"
+            note_tex = "A:B = B:A"
+        if linear is not None:
+            step = self._factor_step(linear, lambda e: ir.frob(e, dWi))
+            if step is not None:
+                self.steps.append(step)
+                lin = self._factored
+        self.steps.append(Step(ir.frob(lin, dWi), ir.frob(dWi, lin), note, frozenset(), note_tex))
+
+    def __repr__(self):
+        return f"<Hessian H[d{self.wrt}] = {self.text}, matrix {self.matrix_shape[0]}×{self.matrix_shape[1]}>"
+
+    def __str__(self):
+        return f"H[d{self.wrt}] = {self.text}"
+
+    def hvp(self, V, /, **values):
+        """H[V] (V has the shape of W; for a block (Wi, Wj), of Wj, and H[V] that of Wi)."""
+        return self._apply("product", V, values, self.shape, self.out_shape, "the direction V")
+
+    def _has_vjp(self):
+        return False  # the diagonal block is its own transpose; a mixed block's is (Wj, Wi)
+
+    def _product_doc(self):
+        if self.diagonal:
+            return (f"H[d{self.wrt}] for λ = {_doc(self.lam, self._user_names)}: the Hessian along d{self.wrt} "
+                    f"(the shape of {self.wrt}).")
+        return f"The block (∂²λ/∂{self.wrt_i}∂{self.wrt_j}) applied to d{self.wrt_j}, for λ = {_doc(self.lam, self._user_names)}."
+
+    def _vjp_doc(self):  # pragma: no cover - never emitted
+        return ""
+
+    def _dense_doc(self):
+        return (f"The Hessian block ({self.wrt_i}, {self.wrt_j}) of λ = {_doc(self.lam, self._user_names)}: "
+                f"(size {self.wrt_i}, size {self.wrt_j}), column-major vec order.")
+
+    def _module_parts(self):
+        return [self.derivation._grad_source[0]]
+
+    @cached_property
+    def gradient_function(self):
+        from .api import GradientFunction
+        from .codegen import sanitize
+
+        return GradientFunction(self.numpy_source, self.derivation._grad_source[2],
+                                sanitize(self._params), self.user_shapes)
+
+    def _step_lhs_latex(self):
+        return ["\\mathrm{d}\\lambda", "\\mathrm{d}^2\\lambda"] + ["" for _ in self.steps[2:]]
+
+    def _vec_lhs_latex(self):
+        if self.diagonal:
+            return f"\\frac{{\\partial^2 \\lambda}}{{\\partial \\operatorname{{vec}} {tex_name(self.wrt)}^2}}"
+        return (f"\\frac{{\\partial^2 \\lambda}}{{\\partial \\operatorname{{vec}} {tex_name(self.wrt_i)}"
+                f"\\, \\partial \\operatorname{{vec}} {tex_name(self.wrt_j)}}}")
+
+    def _head_latex(self):
+        return (f"H[\\mathrm{{d}}{tex_name(self.wrt)}] = {self.latex}\\quad \\text{{matrix }} "
+                f"{_size_tex(self.out_shape)} \\times {_size_tex(self.shape)}")
+
+    def derivation_lines(self) -> list[str]:
+        lines = [f"λ = {to_text(self.lam, self._user_names)}"]
+        for i, st in enumerate(self.steps):
+            prefix = "dλ = " if i == 0 else ("d²λ = " if i == 1 else "    = ")
+            lines.append(f"{prefix}{to_text(st.after, self._step_names)}    [{st.identity}]")
+        lines.append(f"H[d{self.wrt}] = {self.text}")
+        if self.kron is not None:
+            what = f"∂²λ/∂vec({self.wrt})²" if self.diagonal else f"∂²λ/∂vec({self.wrt_i})∂vec({self.wrt_j})"
+            lines.append(f"{what} = {self.kron}")
+        lines.append(self.shape_reason)
+        return lines
+
+    @property
+    def shape_reason(self) -> str:
+        r, c = self.matrix_shape
+        if self.diagonal:
+            return (f"H maps d{self.wrt} {self.shape_text} to the shape of {self.wrt}; the dense Hessian "
+                    f"is {r}×{c} (column-major vec order)")
+        return (f"the block maps d{self.wrt_j} {self.shape_text} to the shape of {self.wrt_i} "
+                f"{_shape_str(self.out_shape)}; dense {r}×{c} (column-major vec order)")
+
+    def check(self, seed: int = 0, tol: float = 1e-5, draws: int = 2, domain: dict | None = None,
+              sizes: dict | None = None):
+        """The dense Hessian against central differences of the gradient, hvp against it, and
+        symmetry: ⟨U, H[V]⟩ = ⟨H[U], V⟩ (a diagonal block)."""
+        return _check(self, seed, tol, draws, domain, sizes)
+
+
+# ------------------------------------------------------------------ the check
+
+def _check(m: _LinearMap, seed, tol, draws, domain, sizes):
+    import numpy as np
+
+    from .check import CheckReport, choose_sizes, infer_domains, random_inputs
+
+    dims = []
+    for shape in m.user_shapes.values():
+        dims += [d for d in shape if isinstance(d, str) and d not in dims]
+    sizes = choose_sizes(dims, sizes)
+    root = m.F if isinstance(m, Jacobian) else m.lam
+    domains = infer_domains(root, m.symbols)
+    domains.update(domain or {})
+    rng = np.random.default_rng(seed)
+    if isinstance(m, Jacobian):
+        f = m.value_function
+        wrt = m.wrt
+    else:
+        f = m.gradient_function
+        wrt = m.wrt_j
+    worst, total, used, note = 0.0, 0, 0, ""
+    for attempt in range(draws + 12):
+        if used >= draws:
+            break
+        inputs = random_inputs(m.user_shapes, domains, sizes, rng)
+        with np.errstate(all="ignore"):
+            try:
+                base = np.asarray(f(**inputs), dtype=float)
+            except (np.linalg.LinAlgError, ValueError):
+                continue
+        if not np.all(np.isfinite(base)):
+            if attempt >= 2:
+                for name, s in m.user_shapes.items():
+                    if not (domain and name in domain):
+                        domains[name] = "spd" if len(s) == 2 and s[0] == s[1] else "positive"
+            continue
+        with np.errstate(all="ignore"):
+            err, n, msg = _compare(m, f, inputs, wrt, rng)
+        worst, total, used = max(worst, err), total + n, used + 1
+        note = note or msg
+    if used == 0:
+        return CheckReport(False, float("inf"), tol, sizes, domains, 0, 0,
+                           "the function was not finite on any random draw; pass domain={...}")
+    return CheckReport(worst <= tol, worst, tol, sizes, domains, total, used, note)
+
+
+def _compare(m, f, inputs, wrt, rng, h=1e-6, max_cols=24):
+    """(relative error, comparisons, note): dense columns vs central differences of f along
+    basis directions, the product and the transposed product vs the dense matrix, symmetry."""
+    import numpy as np
+
+    J = m.matrix(**inputs)
+    x0 = np.asarray(inputs[wrt], dtype=float)
+    shape = x0.shape
+    flat = x0.reshape(-1, order="F")
+    n = flat.size
+    cols = np.arange(n) if n <= max_cols else rng.choice(n, max_cols, replace=False)
+    errs, count, note = [], 0, ""
+    scale = max(float(np.max(np.abs(J))) if J.size else 0.0, 1e-300)
+    fd_cols, an_cols = [], []
+    for j in cols:
+        step = h * max(1.0, abs(flat[j]))
+        up, dn = flat.copy(), flat.copy()
+        up[j] += step
+        dn[j] -= step
+        a = dict(inputs, **{wrt: up.reshape(shape, order="F") if shape else float(up[0])})
+        b = dict(inputs, **{wrt: dn.reshape(shape, order="F") if shape else float(dn[0])})
+        col = (np.reshape(np.asarray(f(**a), float), -1, order="F")
+               - np.reshape(np.asarray(f(**b), float), -1, order="F")) / (2 * step)
+        fd_cols.append(col)
+        an_cols.append(J[:, j])
+    fd, an = np.array(fd_cols), np.array(an_cols)
+    if fd.size and not (np.all(np.isfinite(fd)) and np.all(np.isfinite(an))):
+        return float("inf"), len(cols), "non-finite values"
+    fscale = max(scale, float(np.max(np.abs(fd))) if fd.size else 0.0)
+    # central differences carry rounding noise of about eps·|f|/h
+    base = np.asarray(f(**inputs), dtype=float)
+    floor = 1e-4 * max(1.0, float(np.max(np.abs(base))) if base.size else 0.0)
+    denom = max(fscale, floor)
+    if fd.size:
+        errs.append(float(np.max(np.abs(fd - an))) / denom)
+        count += fd.size
+    # the matrix-free product along random directions, against the dense matrix
+    V = rng.standard_normal(n)
+    Vt = V.reshape(shape, order="F") if shape else float(V[0])
+    prod = m.jvp(Vt, **inputs) if isinstance(m, Jacobian) else m.hvp(Vt, **inputs)
+    errs.append(float(np.max(np.abs(np.reshape(prod, -1, order="F") - J @ V), initial=0.0))
+                / max(denom * max(1.0, np.abs(V).sum()), 1e-300))
+    # and the product itself against central differences of f along V
+    if n > 1:
+        Vn = V / np.linalg.norm(V)
+        step = h * max(1.0, float(np.max(np.abs(flat))))
+        a = dict(inputs, **{wrt: (flat + step * Vn).reshape(shape, order="F")})
+        b = dict(inputs, **{wrt: (flat - step * Vn).reshape(shape, order="F")})
+        fdv = (np.reshape(np.asarray(f(**a), float), -1, order="F")
+               - np.reshape(np.asarray(f(**b), float), -1, order="F")) / (2 * step)
+        errs.append(float(np.max(np.abs(np.reshape(prod, -1, order="F") / np.linalg.norm(V) - fdv),
+                                 initial=0.0)) / denom)
+    count += 2
+    if isinstance(m, Jacobian):
+        Gc = rng.standard_normal(J.shape[0])
+        out_shape = m._concrete(m.out_shape, inputs)
+        Gt = Gc.reshape(out_shape, order="F") if out_shape else float(Gc[0])
+        back = m.vjp(Gt, **inputs)
+        errs.append(float(np.max(np.abs(np.reshape(back, -1, order="F") - J.T @ Gc), initial=0.0))
+                    / max(denom * max(1.0, np.abs(Gc).sum()), 1e-300))
+        count += 1
+    elif m.diagonal:
+        U = rng.standard_normal(n)
+        Ut = U.reshape(shape, order="F") if shape else float(U[0])
+        hu = np.reshape(m.hvp(Ut, **inputs), -1, order="F")
+        hv = np.reshape(prod, -1, order="F")
+        asym = abs(float(U @ hv) - float(hu @ V)) / max(denom * np.abs(U).sum() * np.abs(V).sum(), 1e-300)
+        errs.append(asym)
+        errs.append(float(np.max(np.abs(J - J.T), initial=0.0)) / denom)
+        count += 2
+        if asym > 1e-8:
+            note = "the Hessian is not symmetric"
+    if not J.size or scale <= 1e-300 and not fd.size:
+        return 0.0, count, "zero"
+    return max(errs), count, note
+
+
+# ------------------------------------------------------------------ the API
+
+def jacobian(expr: str, wrt, shapes: dict | None = None, definitions: dict | None = None,
+             where: dict | None = None):
+    """dF = J[dW] for the (vector- or matrix-valued) ``expr`` and ``wrt`` (a name or a list):
+    a Jacobian, or a dict name -> Jacobian.  A scalar ``expr`` gives the 1×N Jacobian, the
+    transpose of the gradient, with a NotationWarning."""
+    if definitions is not None and where is not None:
+        raise DeriveError("give definitions= or where=, not both")
+    definitions = definitions if definitions is not None else where
+    typed = _typed_any(expr, shapes, definitions)
+    if typed.expr.shape == ir.SCALAR:
+        warnings.warn(NotationWarning(
+            "the expression is a scalar: its Jacobian is the 1×N row, the transpose of the "
+            "gradient (matcalc derive / matcalc.derive gives the gradient in W's shape)"), stacklevel=2)
+    if isinstance(wrt, (list, tuple)):
+        if not wrt:
+            raise DeriveError("wrt is empty: name at least one symbol")
+        return {w: _jacobian_one(expr, typed, w) for w in wrt}
+    return _jacobian_one(expr, typed, wrt)
+
+
+def _jacobian_one(expr, typed, wrt) -> Jacobian:
+    _check_wrt(typed, wrt)
+    primal = stabilize(typed.expr)
+    user_names = {node: name for name, node in (typed.definitions or {}).items()}
+    raw, rules, _ = differential(primal, wrt)
+    linear = None if raw is None else simplify(raw)
+    if linear is not None and linear.op == "const" and linear.attr == 0.0:
+        linear = None
+    return Jacobian(expr, typed, wrt, primal, raw, linear, rules, user_names)
+
+
+def hessian(expr: str, wrt, shapes: dict | None = None, definitions: dict | None = None,
+            where: dict | None = None):
+    """d²λ = dW : H[dW] for the scalar ``expr``.  ``wrt`` a name: a Hessian; a list: a dict
+    keyed by ordered pairs (Wi, Wj) whose block maps dWj to Wi's shape."""
+    from .api import _derive_one
+
+    if definitions is not None and where is not None:
+        raise DeriveError("give definitions= or where=, not both")
+    definitions = definitions if definitions is not None else where
+    typed = _typed_any(expr, shapes, definitions)
+    if typed.expr.shape != ir.SCALAR:
+        raise ShapeError(f"a Hessian needs a scalar λ, but the expression is {ir.describe(typed.expr.shape)}: "
+                         "use jacobian (matcalc jacobian) for the derivative of an array-valued F, "
+                         "or make a scalar with sum(...) or G:(...)", expr, 0, len(expr.rstrip()))
+    names = list(wrt) if isinstance(wrt, (list, tuple)) else [wrt]
+    if not names:
+        raise DeriveError("wrt is empty: name at least one symbol")
+    for w in names:
+        _check_wrt(typed, w)
+    derivs = {w: _derive_one(expr, typed, w) for w in names}
+    if not isinstance(wrt, (list, tuple)):
+        return _hessian_block(derivs[wrt], wrt, typed)
+    return {(wi, wj): _hessian_block(derivs[wi], wj, typed) for wi in names for wj in names}
+
+
+def _hessian_block(d, wj, typed) -> Hessian:
+    try:
+        raw, rules, _ = differential(d.gradient, wj)
+    except KeyError as e:  # an operator without a differential rule in the gradient
+        raise DeriveError(f"cannot differentiate the gradient {d.text} again: no rule for {e}") from None
+    linear = None if raw is None else simplify(raw)
+    if linear is not None and linear.op == "const" and linear.attr == 0.0:
+        linear = None
+    return Hessian(d, wj, typed, raw, linear, rules)
+
+
+__all__ = ["jacobian", "hessian", "Jacobian", "Hessian"]
+
+
+# ------------------------------------------------------------------ the command line
+
+def add_cli_parsers(sub) -> None:
+    """``matcalc hessian`` and ``matcalc jacobian``, with the options of ``derive`` and --kron."""
+    for name, what, example in [
+            ("hessian", "the Hessian of a scalar expression: d²λ = dW : H[dW]",
+             'matcalc hessian "norm2(X@W - Y)**2" --wrt W --kron'),
+            ("jacobian", "the Jacobian of an array-valued expression: dF = J[dW]",
+             'matcalc jacobian "softmax(W@x)" --wrt W --kron')]:
+        p = sub.add_parser(name, help=what, description=f"Print {what}, and its vec (Kronecker) form.",
+                           epilog="example: " + example)
+        p.add_argument("expr", metavar="EXPR", help="the expression")
+        p.add_argument("--wrt", action="append", required=True, metavar="NAME",
+                       help="the variable (repeat for several" + (": every block (Wi, Wj))" if name == "hessian" else ")"))
+        p.add_argument("--shape", action="append", default=[], metavar="NAME=DIMS",
+                       help="declare a shape: W=a,b  x=b  alpha=scalar  (ints allowed: W=n,3)")
+        p.add_argument("--let", action="append", default=[], metavar="NAME=EXPR", dest="let",
+                       help="name an intermediate quantity, e.g. --let z=W@x+c")
+        p.add_argument("--steps", action="store_true", help="print the derivation step by step")
+        p.add_argument("--latex", action="store_true", help="print the result in LaTeX")
+        p.add_argument("--kron", action="store_true",
+                       help="print the vec form: vec(d·) = J vec(dW) with kron, vec, Diag, K_pq, I_n")
+        p.add_argument("--code", action="store_true", help="print the NumPy module (product, dense matrix)")
+        p.add_argument("--check", action="store_true",
+                       help="check against finite differences (exit 1 if it fails)")
+        p.add_argument("--json", action="store_true", help="print one JSON object per variable (block)")
+
+
+def run_cli(args) -> int:
+    import json
+    import sys
+
+    from .cli import EXIT_CHECK_FAILED, EXIT_OK, EXIT_REFUSED, parse_lets, parse_shapes
+    from .errors import MatcalcError
+
+    try:
+        shapes = parse_shapes(args.shape)
+        lets = parse_lets(args.let) or None
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", NotationWarning)
+            if args.command == "jacobian":
+                results = jacobian(args.expr, wrt=list(args.wrt), shapes=shapes, definitions=lets)
+            else:
+                results = hessian(args.expr, wrt=list(args.wrt), shapes=shapes, definitions=lets)
+        for w in caught:
+            if issubclass(w.category, NotationWarning):
+                print(f"matcalc: note: {w.message}", file=sys.stderr)
+        # compile now: a refusal of the emitted code is a refusal, not a crash later
+        for r in results.values():
+            r.numpy_source  # noqa: B018
+    except MatcalcError as e:
+        print(f"matcalc: {e}", file=sys.stderr)
+        return EXIT_REFUSED
+    status = EXIT_OK
+    out = []
+    for key, r in results.items():
+        report = r.check() if args.check else None
+        if report is not None and not report.ok:
+            status = EXIT_CHECK_FAILED
+        if args.json:
+            obj = r.to_dict(report)
+            if isinstance(key, tuple) and key[0] != key[1]:
+                obj["wrt"] = list(key)
+            out.append(json.dumps(obj, ensure_ascii=False))
+            continue
+        if len(results) > 1:
+            label = f"({key[0]}, {key[1]})" if isinstance(key, tuple) else key
+            out.append(f"── {label} ──")
+        if args.steps:
+            out.extend(r.derivation_lines())
+        else:
+            lhs = f"H[d{r.wrt}]" if r.kind == "hessian" else "dF"
+            out.append(f"{lhs} = {r.text}")
+            if args.kron:
+                out.append(f"vec form: {r.kron}" if r.kron is not None
+                           else "vec form: none (no Kronecker/vec expression for this map)")
+            out.append(f"shape: {r.shape_reason}")
+        if args.latex:
+            out.append(f"latex: {r.latex}")
+            if args.kron and r.kron_latex is not None:
+                out.append(f"vec form latex: {r.kron_latex}")
+            if args.steps:
+                out.append(r.steps_latex)
+        if args.code:
+            out.append(r.numpy_source.rstrip())
+        if report is not None:
+            out.append(str(report))
+    print("\n".join(out))
+    if status == EXIT_CHECK_FAILED and not args.json:
+        print("matcalc: the numerical check failed", file=sys.stderr)
+    return status

@@ -1,0 +1,469 @@
+"""Hessians and Jacobians: every public second-order case through the API and the CLI
+(dense matrix against the reference and against finite differences of the case's own
+NumPy ``f``), the vec forms the textbooks write, matrix-free products against the dense
+matrix, symmetry, refusals and notes."""
+import json
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import matcalc
+from conftest import SIZES, case_inputs, load_corpus, np_eval
+
+HERE = Path(__file__).resolve().parent
+
+
+def second_order_corpus():
+    shared = HERE.parent.parent / "shared" / "corpus" / "second_order_public.json"
+    path = shared if shared.exists() else HERE / "data" / "second_order_public.json"
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+CASES = second_order_corpus()
+IDS = [c["id"] for c in CASES]
+
+
+# ---------------------------------------------------------------- independent differences
+
+def vec(a):
+    return np.reshape(np.asarray(a, dtype=float), -1, order="F")
+
+
+def rel_err(a, b):
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    assert a.shape == b.shape, (a.shape, b.shape)
+    scale = max(np.max(np.abs(a), initial=0.0), np.max(np.abs(b), initial=0.0), 1e-12)
+    return float(np.max(np.abs(a - b), initial=0.0) / scale)
+
+
+def unvec(v, shape):
+    return v.reshape(shape, order="F") if shape else float(v[0])
+
+
+def fd_jacobian(F, inputs, wrt, h=1e-6):
+    """Central differences of F (any NumPy callable of the inputs), column-major vec."""
+    x0 = np.asarray(inputs[wrt], dtype=float)
+    flat = vec(x0)
+    cols = []
+    for j in range(flat.size):
+        step = h * max(1.0, abs(flat[j]))
+        up, dn = flat.copy(), flat.copy()
+        up[j] += step
+        dn[j] -= step
+        fp = F(dict(inputs, **{wrt: unvec(up, x0.shape)}))
+        fm = F(dict(inputs, **{wrt: unvec(dn, x0.shape)}))
+        cols.append((vec(fp) - vec(fm)) / (2 * step))
+    return np.stack(cols, axis=1)
+
+
+def fd_hessian(f, inputs, wrt_i, wrt_j=None, h=1e-4):
+    """Second central differences of the scalar f: entry (a, b) of the block (Wi, Wj)."""
+    wrt_j = wrt_j or wrt_i
+    xi0, xj0 = np.asarray(inputs[wrt_i], float), np.asarray(inputs[wrt_j], float)
+    fi, fj = vec(xi0), vec(xj0)
+    H = np.empty((fi.size, fj.size))
+
+    def at(da, db):
+        args = dict(inputs)
+        if wrt_i == wrt_j:
+            args[wrt_i] = unvec(fi + da + db, xi0.shape)
+        else:
+            args[wrt_i] = unvec(fi + da, xi0.shape)
+            args[wrt_j] = unvec(fj + db, xj0.shape)
+        return f(args)
+
+    for a in range(fi.size):
+        for b in range(fj.size):
+            ea, eb = np.zeros(fi.size), np.zeros(fj.size)
+            ea[a], eb[b] = h, h
+            H[a, b] = (at(ea, eb) - at(ea, -eb) - at(-ea, eb) + at(-ea, -eb)) / (4 * h * h)
+    return H
+
+
+def _fn(case):
+    return lambda a: np_eval(case["f"], a)
+
+
+def _api(case):
+    fn = matcalc.hessian if case["kind"] == "hessian" else matcalc.jacobian
+    return fn(case["expr"], wrt=case["wrt"], shapes=case["shapes"])
+
+
+# ---------------------------------------------------------------- the public corpus
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_api_dense_matches_reference_and_finite_differences(case):
+    r = _api(case)
+    w = case["wrt"]
+    for seed in (0, 1):
+        inputs = case_inputs(case, seed)
+        M = r.matrix(**inputs)
+        want = np.asarray(np_eval(case["reference"], inputs), dtype=float)
+        assert M.shape == want.shape
+        assert rel_err(M, want) < 1e-9, (r.text, r.kron, case["reference"])
+        if case["kind"] == "hessian":
+            fd = fd_hessian(_fn(case), inputs, w)
+            assert rel_err(M, fd) < 1e-5
+            assert rel_err(M, M.T) < 1e-12
+        else:
+            fd = fd_jacobian(_fn(case), inputs, w)
+            assert rel_err(M, fd) < 1e-6
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_api_products_and_check(case):
+    r = _api(case)
+    inputs = case_inputs(case, 2)
+    M = np.asarray(np_eval(case["reference"], inputs), dtype=float)
+    rng = np.random.default_rng(5)
+    wshape = np.shape(inputs[case["wrt"]])
+    V = rng.standard_normal(M.shape[1])
+    if case["kind"] == "hessian":
+        got = r.hvp(unvec(V, wshape), **inputs)
+        assert np.shape(got) == wshape
+        assert rel_err(vec(got), M @ V) < 1e-10
+    else:
+        got = r.jvp(unvec(V, wshape), **inputs)
+        Fshape = np.shape(np_eval(case["f"], inputs))
+        assert np.shape(got) == Fshape
+        assert rel_err(vec(got), M @ V) < 1e-10
+        G = rng.standard_normal(M.shape[0])
+        back = r.vjp(unvec(G, Fshape), **inputs)
+        assert np.shape(back) == wshape
+        assert rel_err(vec(back), M.T @ G) < 1e-10
+    report = r.check()
+    assert report.ok, str(report)
+    assert report.entries_checked > 0
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "matcalc", *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+def _shape_args(shapes):
+    out = []
+    for name, shape in shapes.items():
+        out += ["--shape", f"{name}=" + (",".join(map(str, shape)) if shape else "scalar")]
+    return out
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_cli_json(case):
+    r = _cli(case["kind"], case["expr"], "--wrt", case["wrt"], *_shape_args(case["shapes"]),
+             "--json", "--check", "--kron")
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr
+    lines = [ln for ln in r.stdout.splitlines() if ln.strip()]
+    assert len(lines) == 1
+    out = json.loads(lines[0])
+    for key in ("wrt", case["kind"], "latex", "shape", "matrix_shape", "kron", "numpy_source", "steps", "check"):
+        assert key in out, key
+    assert "gradient" not in out
+    assert out["wrt"] == case["wrt"]
+    assert tuple(out["shape"]) == tuple(case["shapes"][case["wrt"]])
+    assert out["check"]["ok"] is True
+    # the module is standalone: its dense function computes the reference
+    namespace = {}
+    exec(compile(out["numpy_source"], "<emitted>", "exec"), namespace)  # noqa: S102 - our own output
+    fn = namespace[f"{case['kind']}_{case['wrt']}"]
+    inputs = case_inputs(case, seed=3)
+    want = np.asarray(np_eval(case["reference"], inputs), dtype=float)
+    assert rel_err(fn(**inputs), want) < 1e-9
+    rows, cols = out["matrix_shape"]
+    sizes = dict(SIZES)
+    as_int = lambda s: int(np.prod([sizes[d] for d in str(s).split("*")])) if isinstance(s, str) else s  # noqa: E731
+    assert (as_int(rows), as_int(cols)) == want.shape
+
+
+# ---------------------------------------------------------------- the textbook forms
+
+def test_vec_forms_of_the_classic_questions():
+    assert matcalc.hessian("x.T@A@x", "x").kron == "A + A.T"
+    ls = matcalc.hessian("norm2(X@W - Y)**2", "W", shapes={"X": ("n", "d"), "W": ("d", "m")})
+    assert ls.kron == "kron(I_m, 2*X.T@X)"
+    assert ls.text == "2*X.T@X@dW"
+    ld = matcalc.hessian("logdet(X)", "X", shapes={"X": ("n", "n")})
+    assert ld.kron == "-K_nn@kron(inv(X).T, inv(X))"
+    axb = matcalc.jacobian("A@X@B", "X", shapes={"A": ("m", "n"), "X": ("n", "q"), "B": ("q", "p")})
+    assert axb.kron == "kron(B.T, A)" and axb.text == "A@dX@B"
+    logistic = matcalc.hessian("sum(softplus(X@w)) - y.T@X@w", "w")
+    assert logistic.kron == "X.T@Diag(sigmoid(X@w)*(1 - sigmoid(X@w)))@X"
+    sm = matcalc.jacobian("softmax(x)", "x")
+    assert sm.kron == "Diag(softmax(x)) - softmax(x)@softmax(x).T"
+    # the sizes on K and I never clash with a user's K or I
+    k = matcalc.hessian("logdet(K)", "K", shapes={"K": ("q", "q")})
+    assert k.kron == "-K_qq@kron(inv(K).T, inv(K))"
+    # no vec form: None, and the dense matrix still comes (from the matrix-free product)
+    d = matcalc.jacobian("diag(X)", "X", shapes={"X": ("n", "n")})
+    assert d.kron is None and d.kron_latex is None
+    X = np.arange(9.0).reshape(3, 3)
+    want = np.zeros((3, 9))
+    for i in range(3):
+        want[i, i + 3 * i] = 1.0
+    assert np.array_equal(d.matrix(X=X), want)
+
+
+def test_vec_forms_match_their_dense_matrices_at_distinct_sizes():
+    """Evaluate the printed .kron text with NumPy (kron, vec, K, I written out) and compare."""
+    rng = np.random.default_rng(0)
+    n, q, m, p = 4, 3, 5, 2
+
+    def K(r, c):  # vec(Xᵀ) = K vec(X) for an r×c X
+        P = np.zeros((r * c, r * c))
+        for i in range(r):
+            for j in range(c):
+                P[j + c * i, i + r * j] = 1.0
+        return P
+
+    cases = [
+        ("A@X@B", "X", {"A": ("m", "n"), "X": ("n", "q"), "B": ("q", "p")}, "jacobian"),
+        ("X.T", "X", {"X": ("n", "q")}, "jacobian"),
+        ("exp(W@x)", "W", {"W": ("m", "n"), "x": ("n",)}, "jacobian"),
+        ("logdet(X)", "X", {"X": ("n", "n")}, "hessian"),
+        ("tr(X.T@A@X)", "X", {"X": ("n", "q"), "A": ("n", "n")}, "hessian"),
+    ]
+    for expr, w, shapes, kind in cases:
+        r = getattr(matcalc, kind)(expr, w, shapes=shapes)
+        sizes = {"n": n, "q": q, "m": m, "p": p}
+        inputs = {k: rng.standard_normal(tuple(sizes[d] for d in s)) for k, s in shapes.items()}
+        if "logdet" in expr:
+            inputs["X"] = 2 * np.eye(n) + rng.standard_normal((n, n)) / 3
+        env = {"np": np, "kron": np.kron, "inv": np.linalg.inv, "exp": np.exp,
+               "Diag": lambda v: np.diag(np.reshape(v, -1, order="F")),
+               "vec": lambda a: np.reshape(a, (-1, 1), order="F"),
+               "I_n": np.eye(n), "I_q": np.eye(q), "I_m": np.eye(m), "I_p": np.eye(p),
+               "K_nq": K(n, q), "K_nn": K(n, n), **inputs}
+        text = r.kron.replace(".T", ".T")
+        got = eval(text, env)  # noqa: S307 - our own output, evaluated as the reader would
+        np.testing.assert_allclose(got, r.matrix(**inputs), rtol=1e-10, atol=1e-12, err_msg=text)
+
+
+def test_texts_reparse_with_the_differential_as_a_symbol():
+    """dF's text, read back with dW declared like W, is the same linear map: the gradient of
+    G:L[dW] wrt dW is the VJP."""
+    shapes = {"A": ("m", "n"), "X": ("n", "q"), "B": ("q", "p")}
+    for expr in ("A@X@B", "exp(A@X)@B", "inv(X.T@X)"):
+        sh = dict(shapes) if expr != "inv(X.T@X)" else {"X": ("n", "q")}
+        j = matcalc.jacobian(expr, "X", shapes=sh)
+        out_shape = {"A@X@B": ("m", "p"), "exp(A@X)@B": ("m", "p"), "inv(X.T@X)": ("q", "q")}[expr]
+        d = matcalc.derive(f"G:({j.text})", wrt="dX", shapes={**sh, "dX": ("n", "q"), "G": out_shape})
+        rng = np.random.default_rng(1)
+        sizes = {"m": 5, "n": 4, "q": 3, "p": 2}
+        inputs = {k: rng.standard_normal(tuple(sizes[x] for x in s)) for k, s in sh.items()}
+        G = rng.standard_normal(tuple(sizes[x] for x in out_shape))
+        dX = rng.standard_normal((4, 3))
+        want = j.vjp(G, **inputs)
+        args = {k: v for k, v in {**inputs, "G": G, "dX": dX}.items() if k in d.user_shapes}
+        assert rel_err(d.function(**args), want) < 1e-10
+
+
+# ---------------------------------------------------------------- products, symmetry, blocks
+
+def test_hvp_vjp_and_symmetry_at_distinct_sizes():
+    rng = np.random.default_rng(3)
+    n, d = 7, 4
+    h = matcalc.hessian("sum(softplus(X@w)) - y.T@X@w + 0.5*mu*w.T@w", "w",
+                        shapes={"X": ("n", "d"), "mu": ()})
+    X, w, y = rng.standard_normal((n, d)), rng.standard_normal(d), rng.integers(0, 2, n).astype(float)
+    H = h.matrix(X=X, w=w, y=y, mu=0.3)
+    s = 1 / (1 + np.exp(-X @ w))
+    want = X.T @ np.diag(s * (1 - s)) @ X + 0.3 * np.eye(d)  # the closed form
+    assert rel_err(H, want) < 1e-12
+    U, V = rng.standard_normal(d), rng.standard_normal(d)
+    hv, hu = h.hvp(V, X=X, w=w, y=y, mu=0.3), h.hvp(U, X=X, w=w, y=y, mu=0.3)
+    assert abs(U @ hv - hu @ V) < 1e-12 * np.abs(H).max() * 10
+    # the Jacobian's VJP is the gradient of G:F (torch's Y.backward(G))
+    j = matcalc.jacobian("exp(X@W)", "X", shapes={"X": ("n", "d"), "W": ("d", "m")})
+    g = matcalc.derive("G:exp(X@W)", "X", shapes={"X": ("n", "d"), "W": ("d", "m")})
+    X, W, G = rng.standard_normal((n, d)), rng.standard_normal((d, 5)), rng.standard_normal((n, 5))
+    assert rel_err(j.vjp(G, X=X, W=W), g.function(X=X, W=W, G=G)) < 1e-12
+
+
+def test_tangent_and_cotangent_are_positional_so_V_and_G_are_free_names():
+    rng = np.random.default_rng(4)
+    h = matcalc.hessian("V:(W@W)", "W", shapes={"W": ("n", "n")})
+    V, W, T = rng.standard_normal((4, 4)), rng.standard_normal((4, 4)), rng.standard_normal((4, 4))
+    # λ = V:(W W): H[dW] = Vᵀ... check against the closed form dW:H[T] = V:(dW T + T dW)
+    got = h.hvp(T, V=V, W=W)
+    assert rel_err(got, V @ T.T + T.T @ V) < 1e-12
+    j = matcalc.jacobian("G@x", "x")
+    G, x, c = rng.standard_normal((3, 5)), rng.standard_normal(5), rng.standard_normal(3)
+    assert rel_err(j.vjp(c, G=G, x=x), G.T @ c) < 1e-12
+    assert rel_err(j.jvp(x, G=G, x=x), G @ x) < 1e-12
+
+
+def test_scalar_variable_gives_a_1x1_matrix_and_a_float():
+    h = matcalc.hessian("exp(alpha)*x:x", "alpha")
+    x = np.array([1.0, 2.0, 3.0])
+    M = h.matrix(alpha=0.5, x=x)
+    assert M.shape == (1, 1) and abs(M[0, 0] - np.exp(0.5) * 14) < 1e-12
+    v = h.hvp(2.0, alpha=0.5, x=x)
+    assert isinstance(v, float) and abs(v - 2 * np.exp(0.5) * 14) < 1e-12
+
+
+def test_blocks_of_a_list_of_variables():
+    shapes = {"X": ("n", "d"), "W": ("d", "m"), "Y": ("n", "m")}
+    blocks = matcalc.hessian("norm2(X@W - Y)**2", ["X", "W"], shapes=shapes)
+    assert set(blocks) == {("X", "X"), ("X", "W"), ("W", "X"), ("W", "W")}
+    rng = np.random.default_rng(6)
+    inputs = {"X": rng.standard_normal((5, 3)), "W": rng.standard_normal((3, 4)),
+              "Y": rng.standard_normal((5, 4))}
+    f = lambda a: float(np.sum((a["X"] @ a["W"] - a["Y"]) ** 2))  # noqa: E731
+    for (wi, wj), b in blocks.items():
+        M = b.matrix(**inputs)
+        assert M.shape == (inputs[wi].size, inputs[wj].size)
+        assert rel_err(M, fd_hessian(f, inputs, wi, wj)) < 1e-5, (wi, wj, b.text)
+    assert rel_err(blocks["X", "W"].matrix(**inputs), blocks["W", "X"].matrix(**inputs).T) < 1e-12
+
+
+# ---------------------------------------------------------------- refusals and notes
+
+def test_hessian_of_an_array_is_refused_pointing_to_jacobian():
+    with pytest.raises(matcalc.ShapeError) as e:
+        matcalc.hessian("exp(W@x)", "W")
+    assert "jacobian" in str(e.value) and "^" in str(e.value)
+    r = _cli("hessian", "exp(W@x)", "--wrt", "W")
+    assert r.returncode == 2 and "jacobian" in r.stderr and "Traceback" not in r.stderr
+    with pytest.raises(matcalc.DeriveError):
+        matcalc.hessian("x:x", "y")
+    with pytest.raises(matcalc.DeriveError, match="reserved"):
+        matcalc.jacobian("dx*x", "x")
+    r = _cli("jacobian", "A@x", "--wrt", "X")
+    assert r.returncode == 2 and "did you mean x" in r.stderr
+
+
+def test_jacobian_of_a_scalar_is_the_gradient_transposed_with_a_note():
+    with pytest.warns(matcalc.NotationWarning, match="transpose of the"):
+        j = matcalc.jacobian("x.T@A@x", "x")
+    rng = np.random.default_rng(7)
+    A, x = rng.standard_normal((4, 4)), rng.standard_normal(4)
+    M = j.matrix(A=A, x=x)
+    assert M.shape == (1, 4)
+    assert rel_err(M[0], (A + A.T) @ x) < 1e-12
+    r = _cli("jacobian", "x.T@A@x", "--wrt", "x")
+    assert r.returncode == 0 and "note" in r.stderr and "transpose" in r.stderr
+
+
+def test_emitted_products_never_build_kron_or_K():
+    for expr, w, kind in [("logdet(X)", "X", "hessian"), ("A@X@B", "X", "jacobian"),
+                          ("X.T", "X", "jacobian"), ("norm2(X@W-Y)**2", "W", "hessian")]:
+        r = getattr(matcalc, kind)(expr, w)
+        src = r.numpy_source
+        body = src[src.index(f"def {'hvp' if kind == 'hessian' else 'jvp'}_"):]
+        body = body[:body.index("\n\n\n")]
+        assert "kron" not in body and "_comm" not in body and "np.eye" not in body, body
+
+
+def test_cli_text_steps_kron_latex_code():
+    r = _cli("hessian", "norm2(X@W - Y)**2", "--wrt", "W", "--shape", "X=n,d", "--shape", "W=d,m",
+             "--kron", "--steps", "--latex", "--code")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "H[dW] = 2*X.T@X@dW" in out
+    assert "kron(I_m, 2*X.T@X)" in out
+    assert "d²λ = " in out and "dW:2*X.T@X@dW" in out
+    assert "def hvp_W(dW, /, *, X, W, Y):" in out and "def hessian_W(" in out
+    r = _cli("jacobian", "softmax(x)", "--wrt", "x", "--kron")
+    assert r.returncode == 0 and "Diag(softmax(x)) - softmax(x)@softmax(x).T" in r.stdout
+    r = _cli("hessian", "G:(X@W)", "--wrt", "X", "--wrt", "W", "--json")
+    objs = [json.loads(ln) for ln in r.stdout.splitlines() if ln.strip()]
+    assert [o["wrt"] for o in objs] == ["X", ["X", "W"], ["W", "X"], "W"]
+    assert objs[0]["hessian"] == "0" and objs[1]["hessian"] == "G@dW.T"
+
+
+def test_jupyter_display_and_steps():
+    h = matcalc.hessian("logdet(X)", "X")
+    md = h._repr_markdown_()
+    assert md.startswith("$$H[") and "\\otimes" in md and "<details>" in md and "\\begin{aligned}" in md
+    assert h._repr_latex_().startswith("$") and h._repr_latex_().endswith("$")
+    lines = h.derivation_lines()
+    assert lines[1].startswith("dλ = inv(X).T:dX")
+    assert lines[2].startswith("d²λ = d(inv(X).T):dX")
+    assert any("self-adjoint" in ln for ln in lines)
+    j = matcalc.jacobian("A@X@B", "X")
+    assert "\\otimes" in j._repr_markdown_() and j._repr_latex_().startswith("$\\mathrm{d}F")
+
+
+def test_latex_of_hessians_and_jacobians_renders():
+    """Results, vec forms, derivations and the Jupyter forms render in KaTeX (strict)."""
+    from test_presentation import _katex
+
+    found = _katex()
+    if found is None:
+        import os
+        if os.environ.get("CI"):
+            pytest.fail("KaTeX is not installed: .ci/run installs it with npm")
+        pytest.skip("node with the katex package is not available (npm install katex)")
+    node, script, env = found
+    results = [matcalc.hessian("x.T@A@x", "x"), matcalc.hessian("logdet(X)", "X"),
+               matcalc.hessian("norm2(X@W - Y)**2", "W"), matcalc.hessian("sum(softplus(X@w)) - y.T@X@w", "w"),
+               matcalc.hessian("sum(X)*sum(X) + tr(X@X)", "X"), matcalc.jacobian("softmax(x)", "x"),
+               matcalc.jacobian("A@X@B", "X"), matcalc.jacobian("X.T", "X"), matcalc.jacobian("exp(W@x)", "W"),
+               matcalc.jacobian("diag(X)", "X"), matcalc.jacobian("sum(X)*X", "X"),
+               *matcalc.hessian("norm2(X@W - Y)**2", ["X", "W"]).values()]
+    texts = []
+    for r in results:
+        texts += [r.latex, r.steps_latex, r._repr_latex_().strip("$")]
+        if r.kron_latex is not None:
+            texts.append(r.kron_latex)
+        texts += [part.split("$$")[0] for part in r._repr_markdown_().split("$$")[1::2]]
+    r = subprocess.run([node, str(script)], input=json.dumps(texts), capture_output=True, text=True,
+                       env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    errors = [(t, e) for t, e in zip(texts, json.loads(r.stdout)) if e]
+    assert not errors, errors[:3]
+
+
+def test_second_order_benchmark_runs_quick():
+    """The benchmark script runs (tiny sizes, no frameworks); it reports timings, never tests them."""
+    script = HERE.parent / "benchmarks" / "second_order.py"
+    r = subprocess.run([sys.executable, str(script), "--quick", "--no-frameworks"], capture_output=True,
+                       text=True, timeout=300, cwd=script.parent)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "## HVP / gradient" in r.stdout and "## Dense Hessians" in r.stdout and "`A + A.T`" in r.stdout
+
+
+def test_closed_forms_with_scaled_identities_and_outer_products():
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal(5)
+    r = np.linalg.norm(x)
+    h = matcalc.hessian("norm2(x)", "x")
+    assert rel_err(h.matrix(x=x), np.eye(5) / r - np.outer(x, x) / r ** 3) < 1e-12
+    h = matcalc.hessian("mu*x:x + sum(x)**2", "x", shapes={"mu": ()})
+    assert rel_err(h.matrix(x=x, mu=0.7), 1.4 * np.eye(5) + 2 * np.ones((5, 5))) < 1e-12
+    X = rng.standard_normal((4, 3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        j = matcalc.jacobian("sum(X)*X", "X")
+    assert rel_err(j.matrix(X=X), X.sum() * np.eye(12) + np.outer(vec(X), np.ones(12))) < 1e-12
+    j = matcalc.jacobian("alpha*X", "alpha")
+    assert rel_err(j.matrix(alpha=2.0, X=X), vec(X)[:, None]) < 1e-12
+
+
+def test_double_commutation_is_the_identity_of_its_size():
+    """(dAᵀ)ᵀ-like terms: K_qp K_pq = I keeps its size (found by the soundness run)."""
+    h = matcalc.hessian("norm2(A.T + A)", "A", shapes={"A": ("n", "n")})
+    rng = np.random.default_rng(9)
+    A = rng.standard_normal((4, 4))
+    f = lambda a: float(np.linalg.norm(a["A"].T + a["A"]))  # noqa: E731
+    assert rel_err(h.matrix(A=A), fd_hessian(f, {"A": A}, "A")) < 1e-5
+
+
+GRADIENT_CASES = load_corpus()
+
+
+@pytest.mark.parametrize("case", GRADIENT_CASES, ids=[c["id"] for c in GRADIENT_CASES])
+def test_hessian_of_every_gradient_case_is_the_derivative_of_its_reference_gradient(case):
+    """The gradient corpus gives a second oracle: differences of each case's reference
+    gradient (NumPy source) are the Hessian's columns."""
+    h = matcalc.hessian(case["expr"], case["wrt"], shapes=case["shapes"])
+    inputs = case_inputs(case, 1)
+    H = h.matrix(**inputs)
+    fd = fd_jacobian(lambda a: np_eval(case["reference"], a), inputs, case["wrt"])
+    assert rel_err(H, fd) < 1e-5, (h.text, h.kron)
+    assert np.max(np.abs(H - H.T), initial=0.0) <= 1e-9 * max(np.max(np.abs(H), initial=0.0), 1e-300)
