@@ -43,6 +43,7 @@ class Op:
     torch: object = None                  # the same for PyTorch (torch.* only: no host copies)
     jax: object = None                    # the same for JAX (jax.* / jnp.* only)
     sympy: object = None                  # elementwise: the SymPy function of one entry
+    vec: Optional[Callable] = None        # linear ops: (node, vec forms of args, lin) -> the vec form (vecform)
     in_place: bool = False                # np.<ufunc>(t, out=t) on a fresh matrix
     ufunc: str = ""                       # the NumPy ufunc for in-place evaluation
     helpers: tuple = ()                   # emitted helper functions the template uses
@@ -177,6 +178,16 @@ def _blocks_rule(u, s, attr):
 def _ir():
     from . import ir
     return ir
+
+
+def _vf():
+    from . import vecform  # the Kronecker/vec algebra the vec rules build with
+    return vecform
+
+
+def _vec_form_rule(name):
+    """The vec-form rule ``vecform._r_<name>``: vec(op(L)) = J vec(L), built lazily."""
+    return lambda e, forms, lin: getattr(_vf(), "_r_" + name)(e, forms, lin)
 
 
 def _sp():
@@ -667,15 +678,18 @@ def _cube_cost(n, size):
 register(Op("sum", axis_rule(False), params=("axis",), params_optional=True, jvp=_jvp_linear,
             rule="d sum(A) = sum(dA)", transpose=_t_sum, numpy=_np_axis_template(_np_sum, _np_sum_axis),
             latex=_tex_axis("\\operatorname{sum}"),
-            torch=_fw_sum, jax=_fw_sum))
+            torch=_fw_sum, jax=_fw_sum,
+            vec=_vec_form_rule("sum")))
 register(Op("mean", axis_rule(False), params=("axis",), params_optional=True, jvp=_jvp_linear,
             rule="d mean(A) = mean(dA)", transpose=_t_mean, numpy=_np_axis_template(_np_mean, _np_mean_axis),
             latex=_tex_axis("\\operatorname{mean}"), scalar_form=lambda a: a,
-            torch=_fw_mean, jax=_fw_mean))
+            torch=_fw_mean, jax=_fw_mean,
+            vec=_vec_form_rule("mean")))
 register(Op("tr", square_to(lambda s: SCALAR), jvp=_jvp_linear, rule="d tr(A) = tr(dA)",
             transpose=lambda n, c, lin: ([(0, _ir().mul(c, _ir().eye(n.args[0].shape[0])))], "frob_trace"),
             numpy="np.trace({0})", latex="\\operatorname{tr}", aliases=("trace", "Tr"), scalar_form=lambda a: a,
-            torch="torch.trace({0})", jax="jnp.trace({0})"))
+            torch="torch.trace({0})", jax="jnp.trace({0})",
+            vec=_vec_form_rule("tr")))
 register(Op("det", square_to(lambda s: SCALAR), jvp=lambda e, d: _ir().mul(e, _tr_inv_dx(e.args[0], d[0])),
             rule="d det(X) = det(X) tr(X⁻¹dX)", numpy="np.linalg.det({0})", latex="\\det",
             domain="invertible", scalar_form=lambda a: a, cost=_cube_cost,
@@ -822,20 +836,26 @@ def _structural(name, **kw):
 
 
 _structural("add", nargs=2, jvp=lambda e, d: _sum_opt(d), rule="d(A + B) = dA + dB",
-            transpose=lambda n, c, lin: ([(i, c) for i, l in enumerate(lin) if l], "frob_linear"))
-_structural("mul", nargs=2, jvp=_jvp_mul, rule="d(A∘B) = dA∘B + A∘dB", transpose=_t_mul)
+            transpose=lambda n, c, lin: ([(i, c) for i, l in enumerate(lin) if l], "frob_linear"),
+            vec=_vec_form_rule("add"))
+_structural("mul", nargs=2, jvp=_jvp_mul, rule="d(A∘B) = dA∘B + A∘dB", transpose=_t_mul,
+            vec=_vec_form_rule("mul"))
 _structural("div", nargs=2, jvp=_jvp_div, rule="d(A⊘B) = (dA − (A⊘B)∘dB)⊘B",
-            transpose=lambda n, c, lin: ([(0, _ir().div(c, n.args[1]))], "frob_div"))
+            transpose=lambda n, c, lin: ([(0, _ir().div(c, n.args[1]))], "frob_div"),
+            vec=_vec_form_rule("div"))
 _structural("pow", nargs=2, jvp=_jvp_pow, rule="d(A^k) = k A^(k−1)∘dA")
 _structural("matmul", nargs=2, rule="d(AB) = dA B + A dB", transpose=_t_matmul,
             jvp=lambda e, d: _sum_opt([d[0] and _ir().matmul(d[0], e.args[1]),
                                        d[1] and _ir().matmul(e.args[0], d[1])]),
             cost=lambda n, size: size(n.shape[0]) * size(n.shape[1]) if "Diag" in (n.args[0].op, n.args[1].op)
-            else size(n.args[0].shape[0]) * size(n.args[0].shape[1]) * size(n.args[1].shape[1]))
+            else size(n.args[0].shape[0]) * size(n.args[0].shape[1]) * size(n.args[1].shape[1]),
+            vec=_vec_form_rule("matmul"))
 _structural("T", jvp=lambda e, d: _ir().T(d[0]), rule="d(Aᵀ) = (dA)ᵀ",
-            transpose=lambda n, c, lin: ([(0, _ir().T(c))], "frob_transpose"), cost=lambda n, size: 0.0)
+            transpose=lambda n, c, lin: ([(0, _ir().T(c))], "frob_transpose"), cost=lambda n, size: 0.0,
+            vec=_vec_form_rule("T"))
 _structural("frob", nargs=2, rule="d(A:B) = dA:B + A:dB", transpose=_t_frob,
-            jvp=lambda e, d: _sum_opt([d[0] and _ir().frob(d[0], e.args[1]), d[1] and _ir().frob(e.args[0], d[1])]))
+            jvp=lambda e, d: _sum_opt([d[0] and _ir().frob(d[0], e.args[1]), d[1] and _ir().frob(e.args[0], d[1])]),
+            vec=_vec_form_rule("frob"))
 for _leaf in ("sym", "delta", "const", "eye", "dim"):
     _structural(_leaf, nargs=0)
 # d(λ): the differential of an expression as the first line of a derivation shows it

@@ -18,7 +18,7 @@ form: never a Kronecker product or K to apply them (K is a permutation, B ⊗ A 
 to M is A M Bᵀ per column), and two fast paths: c(A + Aᵀ) as a cache-blocked
 transpose-add, AᵀDiag(h)A as a symmetric rank-k update.
 
-The per-operator rules are one dict, ``VEC_RULES``, keyed by the IR op name.
+Each linear operator's rule is the ``vec`` field of its registry entry (``VEC_RULES`` is a view).
 """
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from . import ir
 from .ir import SCALAR, Expr, const
+from .ops import REGISTRY
 from .simplify import s_add, s_div, s_matmul, s_mul, s_T, simplify
 
 
@@ -629,17 +630,20 @@ def _r_reduce(e, f, mean: bool):
     return out.scaled(simplify(s_div(const(1.0), n))) if mean else out
 
 
-VEC_RULES = {
-    "add": _r_add,
-    "mul": _r_mul,
-    "div": _r_div,
-    "matmul": _r_matmul,
-    "T": _r_T,
-    "frob": _r_frob,
-    "sum": lambda e, forms, lin: _r_reduce(e, forms[0], False),
-    "mean": lambda e, forms, lin: _r_reduce(e, forms[0], True),
-    "tr": lambda e, forms, lin: forms[0].then(RowV(ir.eye(e.args[0].shape[0]))) if _full(e) else None,
-}
+def _r_sum(e, forms, lin):
+    return _r_reduce(e, forms[0], False)
+
+
+def _r_mean(e, forms, lin):
+    return _r_reduce(e, forms[0], True)
+
+
+def _r_tr(e, forms, lin):
+    return forms[0].then(RowV(ir.eye(e.args[0].shape[0]))) if _full(e) else None
+
+
+# each linear operator's vec rule is a field of its registry entry (ops), naming one of the above
+VEC_RULES = {name: op.vec for name, op in REGISTRY.items() if op.vec is not None}
 
 
 def _full(e: Expr) -> bool:

@@ -119,9 +119,11 @@ def test_every_entry_is_complete():
         if op.elementwise:
             assert op.derivative is not None and op.fold is not None and op.letter, op.name
             assert op.user, op.name
-        if op.transpose is not None:  # a linear operator: its adjoint cites a named identity
-            from matcalc.adjoint import IDENTITIES
+        if op.transpose is not None:  # a linear operator: it has a differential too
             assert op.jvp is not None
+        if op.vec is not None:  # its vec rule exists in the vec-form algebra
+            from matcalc import vecform
+            assert callable(getattr(vecform, "_r_" + op.name)), op.name
 
 
 def test_every_user_operator_has_an_oracle_here():
