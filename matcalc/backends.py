@@ -189,31 +189,8 @@ class FrameworkEmitter(codegen.Emitter):
             return repr(v) if n.shape == SCALAR else self.full(n.shape, v)
         if op == "eye":
             return f"{m}.eye({self.dim(n.shape[0])}{self._like()})"
-        if op == "add":
-            pairs = list(zip(n.args, a))
-            first = next((i for i, (t, _) in enumerate(pairs) if self.negated(t) is None), 0)
-            pairs.insert(0, pairs.pop(first))
-            out = pairs[0][1]
-            for t, code in pairs[1:]:
-                neg = self.negated(t)
-                out += f" - {neg}" if neg is not None else f" + {code}"
-            return "(" + out + ")"
-        if op == "mul":
-            if n.args[0].op == "const" and n.args[0].attr == -1.0:
-                rest = a[1:]
-                return "(-" + (rest[0] if len(rest) == 1 else "(" + " * ".join(rest) + ")") + ")"
-            return "(" + " * ".join(a) + ")"
-        if op == "div":
-            den = n.args[1]
-            if den.op == "norm2":
-                self.helpers.add("_over_norm")
-                return f"_over_norm({a[0]}, {a[1]})"
-            if den.op == "mul" and any(f.op == "norm2" for f in den.args):
-                k = next(i for i, f in enumerate(den.args) if f.op == "norm2")
-                rest = [self.code[f] for i, f in enumerate(den.args) if i != k]
-                self.helpers.add("_over_norm")
-                return f"_over_norm(({a[0]} / {' / '.join(rest)}), {self.code[den.args[k]]})"
-            return f"({a[0]} / {a[1]})"
+        if op in ("add", "mul", "div"):
+            return self.arithmetic(n, a)
         if op == "pow":
             k = n.args[1]
             x = self.scalar_arg(n.args[0], a[0])

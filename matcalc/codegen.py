@@ -362,32 +362,8 @@ class Emitter:
             return f"np.eye({self.dim(n.shape[0])})"
         if op == "dim":
             return self.dim(n.attr)
-        if op == "add":
-            pairs = list(zip(n.args, a))
-            first = next((i for i, (t, _) in enumerate(pairs) if self.negated(t) is None), 0)
-            pairs.insert(0, pairs.pop(first))  # start with a positive term: b - a, not (-a) + b
-            out = pairs[0][1]
-            for t, code in pairs[1:]:
-                neg = self.negated(t)
-                out += f" - {neg}" if neg is not None else f" + {code}"
-            return "(" + out + ")"
-        if op == "mul":
-            if n.args[0].op == "const" and n.args[0].attr == -1.0:
-                rest = a[1:]
-                return "(-" + (rest[0] if len(rest) == 1 else "(" + " * ".join(rest) + ")") + ")"
-            return "(" + " * ".join(a) + ")"
-        if op == "div":
-            den = n.args[1]
-            if den.op == "norm2":
-                self.helpers.add("_over_norm")
-                return f"_over_norm({a[0]}, {a[1]})"
-            if den.op == "mul" and any(f.op == "norm2" for f in den.args):
-                # a / (‖x‖ r) = (a / r) / ‖x‖, and 0 where ‖x‖ = 0 (as for a / ‖x‖)
-                k = next(i for i, f in enumerate(den.args) if f.op == "norm2")
-                rest = [self.code[f] for i, f in enumerate(den.args) if i != k]
-                self.helpers.add("_over_norm")
-                return f"_over_norm(({a[0]} / {' / '.join(rest)}), {self.code[den.args[k]]})"
-            return f"({a[0]} / {a[1]})"
+        if op in ("add", "mul", "div"):
+            return self.arithmetic(n, a)
         if op == "pow":
             k = n.args[1]
             if k.op == "const":
@@ -473,6 +449,36 @@ class Emitter:
         """The number of entries of an array of ``shape``, as code."""
         dims = [self.dim(d) for d in np_shape(shape)]
         return ("(" + " * ".join(dims) + ")" if len(dims) > 1 else dims[0]) if dims else "1"
+
+    def arithmetic(self, n: Expr, a: list) -> str:
+        """+, ∘ and ⊘: the same code in every backend (Python's operators on arrays)."""
+        op = n.op
+        if op == "add":
+            pairs = list(zip(n.args, a))
+            first = next((i for i, (t, _) in enumerate(pairs) if self.negated(t) is None), 0)
+            pairs.insert(0, pairs.pop(first))  # start with a positive term: b - a, not (-a) + b
+            out = pairs[0][1]
+            for t, code in pairs[1:]:
+                neg = self.negated(t)
+                out += f" - {neg}" if neg is not None else f" + {code}"
+            return "(" + out + ")"
+        if op == "mul":
+            if n.args[0].op == "const" and n.args[0].attr == -1.0:
+                rest = a[1:]
+                return "(-" + (rest[0] if len(rest) == 1 else "(" + " * ".join(rest) + ")") + ")"
+            return "(" + " * ".join(a) + ")"
+        if op == "div":
+            den = n.args[1]
+            if den.op == "norm2":
+                self.helpers.add("_over_norm")
+                return f"_over_norm({a[0]}, {a[1]})"
+            if den.op == "mul" and any(f.op == "norm2" for f in den.args):
+                # a / (‖x‖ r) = (a / r) / ‖x‖, and 0 where ‖x‖ = 0 (as for a / ‖x‖)
+                k = next(i for i, f in enumerate(den.args) if f.op == "norm2")
+                rest = [self.code[f] for i, f in enumerate(den.args) if i != k]
+                self.helpers.add("_over_norm")
+                return f"_over_norm(({a[0]} / {' / '.join(rest)}), {self.code[den.args[k]]})"
+            return f"({a[0]} / {a[1]})"
 
     def total(self, code: str, shape) -> str:
         """The sum of an array's entries, as dot products with ones."""

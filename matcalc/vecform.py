@@ -456,13 +456,7 @@ class VecForm:
 
 def _neg_split(c: Expr):
     """(True, -c) if the scalar coefficient c prints with a leading minus, else (False, c)."""
-    if c.op == "const" and c.attr < 0:
-        return True, const(-c.attr, c.shape)
-    if c.op == "mul" and c.args[0].op == "const" and c.args[0].shape == SCALAR and c.args[0].attr < 0:
-        k = -c.args[0].attr
-        rest = c.args[1:] if k == 1.0 else (const(k),) + c.args[1:]
-        return True, rest[0] if len(rest) == 1 else Expr("mul", rest, None, c.shape)
-    return False, c
+    return ir.negative_term(c) if c.op != "frob" else (False, c)
 
 
 def _xtdx(ch):
