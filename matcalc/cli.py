@@ -71,8 +71,36 @@ def parse_lets(items) -> dict:
     return out
 
 
+def _protect_leading_minus(argv):
+    """An expression that starts with '-' (``-t.T@log(softmax(z))``) is the expression, not an
+    option: argparse would take it for an unknown flag.  Such a token (the first one after the
+    command that is not an option's value) is marked with a leading space, removed after parsing."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] != "derive":
+        return argv, None
+    takes_value = {"--wrt", "--shape", "--let", "--layout", "--syntax", "--sym", "--form", "--at"}
+    i = 1
+    while i < len(argv):
+        tok = argv[i]
+        if tok == "--":
+            return argv, None
+        if tok in takes_value:
+            i += 2
+            continue
+        if tok.startswith("-") and len(tok) > 1 and not tok.startswith("--") and tok != "-h":
+            argv[i] = " " + tok
+            return argv, i
+        if not tok.startswith("-"):
+            return argv, None  # the expression is already a plain positional argument
+        i += 1
+    return argv, None
+
+
 def run(argv=None) -> int:
+    argv, marked = _protect_leading_minus(argv)
     args = build_parser().parse_args(argv)
+    if marked is not None and getattr(args, "expr", None) == argv[marked]:
+        args.expr = args.expr[1:]
     if args.command != "derive":
         build_parser().print_help(sys.stderr)
         return EXIT_REFUSED
