@@ -6,9 +6,9 @@
     'alpha*(exp(W@x + c) - 1)@x.T'
 """
 from .api import Derivation, GradientFunction, ValueAndGrad, derive, value_and_grad
-from .errors import DeriveError, MatcalcError, ParseError, ShapeError
+from .errors import DeriveError, MatcalcError, NotationWarning, ParseError, ShapeError
 
 __version__ = "0.1.0"
 
 __all__ = ["derive", "value_and_grad", "ValueAndGrad", "Derivation", "GradientFunction", "MatcalcError", "ParseError", "ShapeError",
-           "DeriveError", "__version__"]
+           "DeriveError", "NotationWarning", "__version__"]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import difflib
 import sys
+import warnings
 from functools import cached_property
 
 from . import ir
@@ -392,6 +393,8 @@ def _typed(expr, shapes, definitions=None):
         raise DeriveError("definitions must be a dict name -> expression text")
     ast = parse(expr)
     typed = typecheck(ast, expr, shapes, definitions)
+    for note in typed.notes or ():
+        warnings.warn(note, stacklevel=3)
     if typed.expr.shape != ir.SCALAR:
         raise ShapeError(f"λ must be a scalar, but the expression is {ir.describe(typed.expr.shape)} "
                          "(sum(...) or G:(...) make a scalar)", expr, 0, len(expr.rstrip()))

@@ -107,13 +107,24 @@ def run(argv=None) -> int:
     from .api import derive, shape_str
     from .errors import MatcalcError
 
+    import warnings
+
+    from .errors import NotationWarning
+
     try:
         shapes = parse_shapes(args.shape)
-        results = derive(args.expr, wrt=list(args.wrt), shapes=shapes,
-                         definitions=parse_lets(args.let) or None)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", NotationWarning)
+            results = derive(args.expr, wrt=list(args.wrt), shapes=shapes,
+                             definitions=parse_lets(args.let) or None)
     except MatcalcError as e:
         print(f"matcalc: {e}", file=sys.stderr)
         return EXIT_REFUSED
+    for w in caught:
+        if issubclass(w.category, NotationWarning):
+            print(f"matcalc: {w.message}", file=sys.stderr)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     status = EXIT_OK
     out = []
     for w, d in results.items():

@@ -72,6 +72,8 @@ def parse(source: str) -> Node:
             hint = " (use parentheses for grouping)"
         elif ch == "=":
             hint = " (matcalc takes an expression, not an equation)"
+        elif ch == ".":
+            hint = _dot_hint(source, e.pos_in_stream)
         raise ParseError(f"unexpected character {ch!r}{hint}", source, e.pos_in_stream,
                          e.pos_in_stream + 1) from None
     except lark.exceptions.UnexpectedToken as e:
@@ -178,3 +180,25 @@ def _build(kind: str, kids: list, source: str) -> Node:
 
 def _parenthesised(node: Node, source: str) -> bool:
     return source[node.start] == "(" and source[node.end - 1] == ")"
+
+
+_DOT_OPS = {"*": "MATLAB's entrywise product: in matcalc, * is already entrywise (@ is the matrix product)",
+            "/": "MATLAB's entrywise division: in matcalc write /",
+            "^": "MATLAB's entrywise power: in matcalc write ** (or ^)"}
+_MODULES = ("np", "numpy", "jnp", "torch", "math", "tf", "sp", "scipy", "F")
+
+
+def _dot_hint(source: str, pos: int) -> str:
+    """A hint for a '.' that matcalc does not read: MATLAB's .* ./ .^ or a module prefix np.exp."""
+    nxt = source[pos + 1:pos + 2]
+    if nxt in _DOT_OPS:
+        return f" (.{nxt} is {_DOT_OPS[nxt]}; whole questions in MATLAB syntax are read with --syntax matlab)"
+    j = pos
+    while j > 0 and (source[j - 1].isalnum() or source[j - 1] == "_"):
+        j -= 1
+    if source[j:pos] in _MODULES:
+        k = pos + 1
+        while k < len(source) and (source[k].isalnum() or source[k] == "_"):
+            k += 1
+        return f" (write {source[pos + 1:k] or 'the function'}(...) without the {source[j:pos]}. prefix)"
+    return ""

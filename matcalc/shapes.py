@@ -105,6 +105,7 @@ class Typed:
     user_shapes: dict             # name -> () / (n,) / (m, n) in the user's dims
     source: str
     definitions: dict = None      # defined name -> ir.Expr of its value
+    notes: list = None            # NotationWarnings: accepted, but probably not what was meant
 
 
 class _Typer:
@@ -120,6 +121,8 @@ class _Typer:
         self.eyes: list = []          # (node, var) to check they got a size
         self.shape: dict = {}         # id(ast node) -> (r, c)
         self.special: dict = {}       # id(ast node) -> 'inner' | 'ones'
+        self.notes: list = []         # NotationWarning: accepted, but probably not what was meant
+        self.noted: dict = {}         # id(ast node) -> its note
 
     # ---- union-find over dimensions
     def fresh(self):
@@ -238,6 +241,8 @@ class _Typer:
             if op == "/" and n.children[1].kind == "num" and n.children[1].value == 0.0:
                 raise DeriveError(f"division by zero in {self.text(n)}", self.source,
                                   n.children[1].start, n.children[1].end)
+            if op == "*":
+                return self.hadamard(n, kid)
             return self.broadcast(n, n.children, kid, "multiply" if op == "*" else "divide")
         if k == "frob":
             return self.frob(n, kid)
@@ -246,12 +251,74 @@ class _Typer:
             if base.kind == "num" and base.value == 0.0 and ex.kind == "neg":
                 raise DeriveError(f"division by zero in {self.text(n)}", self.source, n.start, n.end)
             if kid[1] != (1, 1):
+                hint = ""
+                if base.kind == "name" and base.value == "e" and "e" not in self.declared:
+                    hint = f" (for the exponential write exp({self.text(ex)}))"
                 self.fail(n.children[1], f"the exponent {self.text(n.children[1])} must be a scalar, "
-                                         f"it is {self.describe(kid[1])}")
+                                         f"it is {self.describe(kid[1])}{hint}")
+            self.power_notes(n, kid)
             return kid[0]
         if k == "call":
             return self.call(n, kid)
         raise ShapeError(f"unsupported construct {k}", self.source, n.start, n.end)  # pragma: no cover
+
+    def note(self, node: Node, message: str):
+        from .errors import NotationWarning
+
+        self.notes.append(NotationWarning(message, self.source, node.start, node.end))
+
+    def is_matrix(self, shape):
+        return self.find(shape[0]) != 1 and self.find(shape[1]) != 1
+
+    def _could_matmul(self, sa, sb):
+        """Whether a@b would type-check as well (without unifying anything)."""
+        ca, rb = self.find(sa[1]), self.find(sb[0])
+        if ca == rb:
+            return True
+        if isinstance(ca, Var) and isinstance(rb, Var):
+            return True
+        return (isinstance(ca, Var) and rb != 1) or (isinstance(rb, Var) and ca != 1)
+
+    def hadamard(self, n, kid):
+        """a * b: entry by entry.  Where the two are a matrix and a matrix (or vector) whose
+        shapes only agree because this product makes them agree, and a@b would type-check
+        too, the product is probably meant as a matrix product: say so (or, refused, hint)."""
+        (a, b), (sa, sb) = n.children, kid
+        spelled = self.source[a.end:b.start].strip()
+        suspicious = (spelled == "*" and not self.is_scalar(sa) and not self.is_scalar(sb)
+                      and (self.is_matrix(sa) or self.is_matrix(sb)) and self._could_matmul(sa, sb))
+        before = dict(self.parent)
+        try:
+            out = self.broadcast(n, n.children, kid, "multiply")
+        except ShapeError as e:
+            if suspicious:
+                raise ShapeError(e.message + " (* is the entrywise product; for a matrix product use @)",
+                                 e.source, e.start, e.end) from None
+            raise
+        if suspicious and self.parent != before:
+            chain = [a, b]
+            if id(a) in self.noted:  # A*B*C: one note for the whole chain
+                prev, operands = self.noted.pop(id(a))
+                self.notes.remove(prev)
+                chain = operands + [b]
+            names = " and ".join([", ".join(self.text(c) for c in chain[:-1]), self.text(chain[-1])])
+            self.note(n, f"{self.text(n)} is an entrywise (Hadamard) product: it only type-checks by "
+                         f"giving {names} the same shape ({self.show(out)}); for a matrix product "
+                         f"write {'@'.join(self.text(c) for c in chain)}")
+            self.noted[id(n)] = (self.notes[-1], chain)
+        return out
+
+    def power_notes(self, n, kid):
+        base, ex = n.children
+        k = -ex.children[0].value if ex.kind == "neg" and ex.children[0].kind == "num" else \
+            (ex.value if ex.kind == "num" else None)
+        if k is not None and k < 0 and self.is_matrix(kid[0]):
+            self.note(n, f"{self.text(n)} raises every entry of {self.text(base)} to the power {k:g}; "
+                         f"for the matrix inverse write inv({self.text(base)})"
+                         + (f"@inv({self.text(base)})" * (int(-k) - 1) if k == int(k) and -k <= 3 else ""))
+        if base.kind == "name" and base.value == "e" and "e" not in self.declared:
+            self.note(n, f"{self.text(n)} is a power of the symbol e; for the exponential write "
+                         f"exp({self.text(ex)})")
 
     def is_scalar(self, shape):
         return self.find(shape[0]) == 1 and self.find(shape[1]) == 1
@@ -459,4 +526,4 @@ def typecheck(ast: Node, source: str, declared: dict | None = None,
         t.def_ir[name] = t.build(d_ast)
     t.source = source
     expr = t.build(ast)
-    return Typed(expr, syms, user_shapes, source, dict(t.def_ir))
+    return Typed(expr, syms, user_shapes, source, dict(t.def_ir), list(t.notes))
