@@ -155,11 +155,20 @@ class Derivation:
             self._user_names = {**user_names, **shared}
             self._names.update(shared)
 
+    syntax = "matcalc"  # the language of the question; results print in it
+
+    def _print(self, e, names=None, step=False) -> str:
+        if self.syntax == "matlab":
+            from .matlab import to_matlab
+
+            return to_matlab(e, names, colon=step)
+        return to_text(e, names)
+
     # ---- the answer
     @cached_property
     def text(self) -> str:
         """G in matcalc syntax (using the names of ``definitions=``, if any)."""
-        return to_text(self.gradient, self._user_names)
+        return self._print(self.gradient, self._user_names)
 
     @cached_property
     def latex(self) -> str:
@@ -174,12 +183,12 @@ class Derivation:
     @property
     def definitions(self) -> dict:
         """The named quantities the short form and the steps use: name -> text."""
-        return dict(self._definitions(to_text))
+        return dict(self._definitions(self._print))
 
     @cached_property
     def short_text(self) -> str:
         """G written with the short names of ``definitions`` (z, p, h, …)."""
-        return to_text(self.gradient, self._names)
+        return self._print(self.gradient, self._names)
 
     @cached_property
     def short_latex(self) -> str:
@@ -196,7 +205,7 @@ class Derivation:
 
         GT = s_T(self.gradient)
         shape = self.shape[::-1] if len(self.shape) == 2 else ((1,) + self.shape if self.shape else ())
-        return to_text(GT, self._user_names), shape
+        return self._print(GT, self._user_names), shape
 
     @property
     def shape_reason(self) -> str:
@@ -223,12 +232,12 @@ class Derivation:
     def derivation_lines(self) -> list[str]:
         """The derivation as a student writes it, one line per step."""
         names = self._names
-        lines = [f"λ = {to_text(self.lam, self._prim_names())}"]
+        lines = [f"λ = {self._print(self.lam, self._prim_names())}"]
         if self.definitions:
             lines.append("where " + ", ".join(f"{k} = {v}" for k, v in self.definitions.items()))
         for i, st in enumerate(self.steps):
             prefix = "dλ = " if i == 0 else "   = "
-            lines.append(f"{prefix}{to_text(st.after, self._step_names(st))}    [{st.identity}]")
+            lines.append(f"{prefix}{self._print(st.after, self._step_names(st), True)}    [{st.identity}]")
         if not self.steps:
             lines.append("dλ = 0    [λ does not change with " + self.wrt + "]")
         lines.append(f"∂λ/∂{self.wrt} = {self.short_text}")
@@ -340,8 +349,8 @@ class Derivation:
     def to_dict(self, check=None) -> dict:
         out = {"wrt": self.wrt, "expr": self.expr, "gradient": self.text, "latex": self.latex,
                "shape": list(self.shape), "shape_text": self.shape_text,
-               "steps": [{"before": to_text(s.before, self._step_names(s)),
-                          "after": to_text(s.after, self._step_names(s)), "identity": s.identity}
+               "steps": [{"before": self._print(s.before, self._step_names(s), True),
+                          "after": self._print(s.after, self._step_names(s), True), "identity": s.identity}
                          for s in self.steps],
                "numpy_source": self.numpy_source, "short_gradient": self.short_text,
                "definitions": self.definitions, "shape_reason": self.shape_reason,
@@ -370,38 +379,44 @@ def shape_tex(shape) -> str:
 
 
 def derive(expr: str, wrt, shapes: dict | None = None, definitions: dict | None = None,
-           where: dict | None = None):
+           where: dict | None = None, *, syntax: str = "matcalc"):
     """Differentiate the scalar ``expr`` with respect to ``wrt`` (a name or a list of names).
 
     ``shapes`` declares shapes (``{"W": ("a", "b"), "alpha": ()}``); ``definitions`` (or
     ``where``) names intermediate quantities (``{"l": "W@x+c", "p": "exp(l)"}``), which
     ``expr`` may use and which the result and the steps are written with.
+    ``syntax="matlab"`` reads ``expr`` (and the definitions) in matrixcalculus.org's
+    language (``*`` the matrix product, ``.*`` entrywise, ``'`` transpose) and prints the
+    results in it.
     Returns a Derivation, or a dict name -> Derivation when ``wrt`` is a list."""
     if definitions is not None and where is not None:
         raise DeriveError("give definitions= or where=, not both")
     definitions = definitions if definitions is not None else where
+    options = {"syntax": syntax}
     if isinstance(wrt, (list, tuple)):
         if not wrt:
             raise DeriveError("wrt is empty: name at least one symbol")
-        typed = _typed(expr, shapes, definitions)
-        return {w: _derive_one(expr, typed, w) for w in wrt}
-    return _derive_one(expr, _typed(expr, shapes, definitions), wrt)
+        typed = _typed(expr, shapes, definitions, syntax)
+        return {w: _derive_one(expr, typed, w, **options) for w in wrt}
+    return _derive_one(expr, _typed(expr, shapes, definitions, syntax), wrt, **options)
 
 
-def _typed(expr, shapes, definitions=None):
+def _typed(expr, shapes, definitions=None, syntax="matcalc"):
     if definitions is not None and not isinstance(definitions, dict):
         raise DeriveError("definitions must be a dict name -> expression text")
-    ast = parse(expr)
-    typed = typecheck(ast, expr, shapes, definitions)
+    ast = parse(expr, syntax=syntax)
+    typed = typecheck(ast, expr, shapes, definitions, syntax=syntax)
     for note in typed.notes or ():
         warnings.warn(note, stacklevel=3)
     if typed.expr.shape != ir.SCALAR:
+        scalar = "sum(...) or G:(...) make a scalar" if syntax == "matcalc" else \
+            "sum(...), x'*y or tr(...) make a scalar"
         raise ShapeError(f"λ must be a scalar, but the expression is {ir.describe(typed.expr.shape)} "
-                         "(sum(...) or G:(...) make a scalar)", expr, 0, len(expr.rstrip()))
+                         f"({scalar})", expr, 0, len(expr.rstrip()))
     return typed
 
 
-def _derive_one(expr, typed, wrt) -> Derivation:
+def _derive_one(expr, typed, wrt, syntax="matcalc") -> Derivation:
     if not isinstance(wrt, str):
         raise DeriveError(f"wrt must be a symbol name, got {wrt!r}")
     if wrt not in typed.symbols:
@@ -426,7 +441,9 @@ def _derive_one(expr, typed, wrt) -> Derivation:
         d_of = ir.Expr("d", (primal,), None, ir.SCALAR)
         steps.insert(0, Step(d_of, dlam, "differential: " + "; ".join(rules), frozenset(),
                              "\\text{differential}"))
-    return Derivation(expr, typed, primal, wrt, G, steps, rules, user_names, names)
+    d = Derivation(expr, typed, primal, wrt, G, steps, rules, user_names, names)
+    d.syntax = syntax
+    return d
 
 
 
@@ -463,10 +480,11 @@ class ValueAndGrad:
 
 
 def value_and_grad(expr: str, wrt, shapes: dict | None = None, definitions: dict | None = None,
-                   where: dict | None = None) -> ValueAndGrad:
-    """One NumPy function returning λ and ∂λ/∂w for every w in ``wrt`` (a name or a list)."""
+                   where: dict | None = None, **options) -> ValueAndGrad:
+    """One NumPy function returning λ and ∂λ/∂w for every w in ``wrt`` (a name or a list);
+    ``options`` are derive()'s keywords (``syntax=``, …)."""
     ds = derive(expr, wrt=list(wrt) if isinstance(wrt, (list, tuple)) else [wrt], shapes=shapes,
-                definitions=definitions, where=where)
+                definitions=definitions, where=where, **options)
     return ValueAndGrad(ds)
 
 

@@ -35,6 +35,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="declare a shape: W=a,b  x=b  alpha=scalar  (ints allowed: W=n,3)")
     d.add_argument("--let", action="append", default=[], metavar="NAME=EXPR", dest="let",
                    help="name an intermediate quantity, e.g. --let l=W@x+c --let p=exp(l)")
+    d.add_argument("--syntax", choices=["matcalc", "matlab"], default="matcalc",
+                   help="the language of EXPR and --let: matcalc (default: * entrywise, @ the matrix "
+                        "product) or matlab (matrixcalculus.org: * the matrix product, .* entrywise, ' "
+                        "transpose); results print in it")
     d.add_argument("--layout", choices=["denominator", "numerator"], default="denominator",
                    help="denominator (default): ∂λ/∂W has W's shape; numerator: its transpose")
     d.add_argument("--steps", action="store_true", help="print the derivation step by step")
@@ -116,7 +120,7 @@ def run(argv=None) -> int:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", NotationWarning)
             results = derive(args.expr, wrt=list(args.wrt), shapes=shapes,
-                             definitions=parse_lets(args.let) or None)
+                             definitions=parse_lets(args.let) or None, syntax=args.syntax)
     except MatcalcError as e:
         print(f"matcalc: {e}", file=sys.stderr)
         return EXIT_REFUSED

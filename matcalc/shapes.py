@@ -177,6 +177,9 @@ class _Typer:
         raise ShapeError(message, self.source, node.start, node.end)
 
     # ---- typing
+    def kind_of(self, name: str) -> int:
+        return default_kind(name)
+
     def symbol(self, node: Node):
         name = node.value
         if name not in self.sym_shape:
@@ -184,7 +187,7 @@ class _Typer:
                 spec = self.declared[name]
                 kind = len(spec)
             else:
-                kind = default_kind(name)
+                kind = self.kind_of(name)
                 spec = tuple(self.fresh() for _ in range(kind))
             shape = {0: (1, 1), 1: (spec[0], 1) if spec else None, 2: tuple(spec)}[kind]
             self.sym_shape[name] = shape
@@ -496,14 +499,23 @@ class _Typer:
 
 
 def typecheck(ast: Node, source: str, declared: dict | None = None,
-              definitions: dict | None = None) -> Typed:
+              definitions: dict | None = None, syntax: str = "matcalc") -> Typed:
     """Type ``ast``; ``definitions`` maps names to the text of their values, each may use
-    the ones before it (``{"l": "W@x+c", "p": "exp(l)"}``)."""
-    from .parse import parse
+    the ones before it (``{"l": "W@x+c", "p": "exp(l)"}``).  ``syntax="matlab"``: the tree
+    and the definitions are in matrixcalculus.org's language."""
+    from .parse import parse as _parse
+
+    def parse(text):
+        return _parse(text, syntax=syntax)
 
     if declared is not None and not isinstance(declared, dict):
         raise ShapeError(f"shapes must be a dict name -> dimensions, got {type(declared).__name__}")
-    t = _Typer(source, declared or {})
+    if syntax == "matlab":
+        from .matlab import MatlabTyper
+
+        t = MatlabTyper(source, declared or {})
+    else:
+        t = _Typer(source, declared or {})
     t.def_ast, t.def_ir = {}, {}
     parsed = []
     for name, text in (definitions or {}).items():
