@@ -85,6 +85,15 @@ class GradientFunction:
                 continue
             if len(shape) == 1 and arr.ndim == 2 and 1 in arr.shape:
                 arr = arr.reshape(-1)
+            if len(shape) == 2 and arr.ndim == 1 and sum(d == 1 for d in shape) == 1:
+                # a 1-D array for a declared row (1, d) or column (d, 1): as NumPy's 1-D vectors
+                d = shape[1] if shape[0] == 1 else shape[0]
+                want = d if isinstance(d, int) else sizes.setdefault(d, arr.shape[0])
+                if want != arr.shape[0]:
+                    raise ShapeError(f"{name} has length {arr.shape[0]}, but dimension {d} is {want} "
+                                     f"elsewhere (declared shape {shape})")
+                out[self.params[name]] = arr
+                continue
             if arr.ndim == len(shape) and any(d == 1 for d in shape):
                 for d, s in zip(shape, arr.shape):
                     if d == 1 and s != 1:
@@ -120,14 +129,21 @@ class GradientFunction:
                     return self._f(**kwargs)
         out = self._f(**self.convert(kwargs))
         if self._out_shape is not None and any(d == 1 for d in self._out_shape):
+            if self.wrt is not None and len(self._out_shape) == 2 and self._np.ndim(kwargs[self.wrt]) == 1:
+                return self._np.reshape(out, -1)  # given as a 1-D array, returned as one
             out = self._np.reshape(out, self._concrete_out(kwargs))
         return out
+
+    wrt = None  # the variable whose gradient this returns (its shape as given is kept)
 
     def _concrete_out(self, kwargs):
         np = self._np
         sizes = {}
         for name, shape in self.user_shapes.items():
-            for d, s in zip(shape, np.shape(kwargs[name])):
+            given = np.shape(kwargs[name])
+            if len(given) < len(shape):  # a 1-D array for a row or column: skip the 1
+                given = tuple(1 if d == 1 else given[0] for d in shape)
+            for d, s in zip(shape, given):
                 sizes.setdefault(d, s)
         return tuple(d if isinstance(d, int) else sizes[d] for d in self._out_shape)
 
@@ -294,7 +310,9 @@ class Derivation:
     @cached_property
     def function(self) -> GradientFunction:
         src, params, fname = self._grad_source
-        return GradientFunction(self.numpy_source, fname, params, self.user_shapes, self.shape)
+        f = GradientFunction(self.numpy_source, fname, params, self.user_shapes, self.shape)
+        f.wrt = self.wrt
+        return f
 
     @cached_property
     def value_function(self) -> GradientFunction:

@@ -109,6 +109,8 @@ class Typed:
 
 
 class _Typer:
+    allow_one = False  # may unification make a dimension 1 (only in A:B, see frob)
+
     def __init__(self, source: str, declared: dict):
         self.source = source
         self.parent: dict = {}
@@ -123,6 +125,7 @@ class _Typer:
         self.special: dict = {}       # id(ast node) -> 'inner' | 'ones'
         self.notes: list = []         # NotationWarning: accepted, but probably not what was meant
         self.noted: dict = {}         # id(ast node) -> its note
+        self.bcast: dict = {}         # id(ast node) -> ("rows", n) | ("cols", m): broadcast operand
 
     # ---- union-find over dimensions
     def fresh(self):
@@ -146,7 +149,7 @@ class _Typer:
         if isinstance(b, Var):
             a, b = b, a
         if isinstance(a, Var):
-            if b == 1:
+            if b == 1 and not self.allow_one:
                 return False  # a symbol's dimension never collapses to 1
             self.parent[a] = b
             return True
@@ -326,16 +329,59 @@ class _Typer:
     def is_scalar(self, shape):
         return self.find(shape[0]) == 1 and self.find(shape[1]) == 1
 
+    def vector_kind(self, shape):
+        """'row' for 1×m, 'col' for n×1, None for a matrix (or a scalar)."""
+        r, c = self.find(shape[0]), self.find(shape[1])
+        if r == 1 and c != 1:
+            return "row"
+        if c == 1 and r != 1:
+            return "col"
+        return None
+
     def broadcast(self, n, children, shapes, verb):
+        """Elementwise operands: equal shapes, a scalar, or (as NumPy does with (1, m) and
+        (n, 1) arrays) a row vector over the rows / a column vector over the columns of a
+        matrix; the vector's length unifies with the matrix's side."""
         arrays = [(c, s) for c, s in zip(children, shapes) if not self.is_scalar(s)]
         if not arrays:
             return (1, 1)
         first_node, first = arrays[0]
+        out = first
         for c, s in arrays[1:]:
-            if not self.unify_all((first[0], s[0]), (first[1], s[1])):
-                self.fail(n, f"cannot {verb} {self.text(first_node)} ({self.show(first)}) and "
-                             f"{self.text(c)} ({self.show(s)}) in {self.text(n)}: the shapes differ")
-        return first
+            if self.unify_all((out[0], s[0]), (out[1], s[1])):
+                continue
+            ko, ks = self.vector_kind(out), self.vector_kind(s)
+            if ko is None and not self.is_scalar(out) and ks is not None:
+                if self.unify(out[1], s[1]) if ks == "row" else self.unify(out[0], s[0]):
+                    continue
+            if ks is None and ko is not None:
+                if self.unify(s[1], out[1]) if ko == "row" else self.unify(s[0], out[0]):
+                    out = s
+                    continue
+            hint = ""
+            if (ko is None) != (ks is None):
+                hint = (" (a 1×m row vector broadcasts over the rows of a matrix with m columns, an "
+                        "n×1 column vector over the columns of a matrix with n rows)")
+            self.fail(n, f"cannot {verb} {self.text(first_node)} ({self.show(first)}) and "
+                         f"{self.text(c)} ({self.show(s)}) in {self.text(n)}: the shapes differ{hint}")
+        for c, s in arrays:
+            k = self.vector_kind(s)
+            if k == "row" and self.find(out[0]) != 1:
+                self.bcast[id(c)] = ("rows", out[0])
+            elif k == "col" and self.find(out[1]) != 1:
+                self.bcast[id(c)] = ("cols", out[1])
+        return out
+
+    def expand(self, node: Node, e: ir.Expr) -> ir.Expr:
+        """A broadcast operand as an array of the full shape: 1@r (every row r) or c@1ᵀ."""
+        b = self.bcast.get(id(node))
+        if b is None:
+            return e
+        how, d = b
+        d = self.resolve(d)
+        if how == "rows":
+            return ir.matmul(ir.const(1.0, (d, 1)), e)
+        return ir.matmul(e, ir.const(1.0, (1, d)))
 
     def frob(self, n, kid):
         (a, b), (sa, sb) = n.children, kid
@@ -346,8 +392,16 @@ class _Typer:
             self.special[id(b)] = sa
             return (1, 1)
         if not self.unify_all((sa[0], sb[0]), (sa[1], sb[1])):
-            self.fail(n, f"the Frobenius product {self.text(n)} needs equal shapes, but "
-                         f"{self.text(a)} is {self.describe(sa)} and {self.text(b)} is {self.describe(sb)}")
+            # a declared row (X: 1×d) makes G in G:(X@W) a row too; never a vector a scalar
+            saved = dict(self.parent)
+            self.allow_one = True
+            ok = self.unify_all((sa[0], sb[0]), (sa[1], sb[1]))
+            self.allow_one = False
+            if ok and (self.is_scalar(sa) or self.is_scalar(sb)):
+                ok, self.parent = False, saved
+            if not ok:
+                self.fail(n, f"the Frobenius product {self.text(n)} needs equal shapes, but "
+                             f"{self.text(a)} is {self.describe(sa)} and {self.text(b)} is {self.describe(sb)}")
         return (1, 1)
 
     def ones_operand(self, node):
@@ -367,7 +421,11 @@ class _Typer:
         (a, b), (sa, sb) = n.children, kid
         one_a, one_b = self.ones_operand(a), self.ones_operand(b)
         if one_a is not None and not self.is_scalar(sb):
-            sa = (1, sb[0])  # 1@X or 1ᵀ@X: a row of ones, the column sums of X
+            if one_a is a and self.find(sb[0]) == 1:
+                sa = (self.fresh(), 1)  # 1@r of a row r: a column of ones, r on every row
+                self.eyes.append((a, sa[0]))
+            else:
+                sa = (1, sb[0])  # 1@X or 1ᵀ@X: a row of ones, the column sums of X
             self.set_ones(a, one_a, sa)
         elif one_b is not None and not self.is_scalar(sa):
             if one_b is not b and self.find(sa[1]) == 1:
@@ -457,7 +515,7 @@ class _Typer:
                 for c in reversed(node.children):
                     stack.append((c, False))
                 continue
-            out[id(node)] = self.make(node, [out[id(c)] for c in node.children])
+            out[id(node)] = self.make(node, [self.expand(c, out[id(c)]) for c in node.children])
         return out[id(root)]
 
     def make(self, n: Node, args):
