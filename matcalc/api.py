@@ -289,9 +289,15 @@ class Derivation:
                 + "$$\n\n</details>\n")
 
     # ---- code
+    _subst = None  # {symbol of a defined wrt: its value}: the emitted code takes the leaves
+
+    def _leaves(self, e):
+        return e if not self._subst else substitute(e, self._subst)
+
     @cached_property
     def _params(self):
-        return list(self.user_shapes)
+        """The emitted function's arguments: every symbol (a defined wrt is computed inside)."""
+        return [k for k in self.user_shapes if not (self._subst and k == self.wrt)]
 
     @cached_property
     def numpy_source(self) -> str:
@@ -305,21 +311,33 @@ class Derivation:
 
         fname = "grad_" + sanitize([self.wrt])[self.wrt].strip("_")
         doc = f"∂λ/∂{self.wrt} for λ = {to_text(self.lam)}; shape {self.shape_text}."
-        return function_source(fname, [self.gradient], self._params, self.symbols, doc) + (fname,)
+        symbols = {k: v for k, v in self.symbols.items() if k in self._params}
+        return function_source(fname, [self._leaves(self.gradient)], self._params, symbols, doc) + (fname,)
 
     @cached_property
     def function(self) -> GradientFunction:
         src, params, fname = self._grad_source
-        f = GradientFunction(self.numpy_source, fname, params, self.user_shapes, self.shape)
-        f.wrt = self.wrt
+        shapes = {k: self.user_shapes[k] for k in self._params}
+        f = GradientFunction(self.numpy_source, fname, params, shapes, self.shape)
+        f.wrt = self.wrt if self.wrt in shapes else None
         return f
 
     @cached_property
-    def value_function(self) -> GradientFunction:
-        """λ itself as a NumPy function (used by the check)."""
+    def _check_function(self) -> GradientFunction:
+        """The gradient as a function of every symbol, a defined wrt included (for the check)."""
+        if not self._subst:
+            return self.function
         from .codegen import function_source, module_source
 
-        src, params = function_source("value", [simplify(self.lam)], self._params, self.symbols, "λ")
+        src, params = function_source("grad", [self.gradient], list(self.user_shapes), self.symbols, "G")
+        return GradientFunction(module_source([src]), "grad", params, self.user_shapes, self.shape)
+
+    @cached_property
+    def value_function(self) -> GradientFunction:
+        """λ itself as a NumPy function (used by the check); a defined wrt is an argument."""
+        from .codegen import function_source, module_source
+
+        src, params = function_source("value", [simplify(self.lam)], list(self.user_shapes), self.symbols, "λ")
         return GradientFunction(module_source([src]), "value", params, self.user_shapes)
 
     def check(self, seed: int = 0, tol: float = 1e-5, draws: int = 2, domain: dict | None = None,
@@ -351,7 +369,8 @@ class Derivation:
                         domains[name] = "spd" if len(s) == 2 and s[0] == s[1] else "positive"
                 continue
             with np.errstate(all="ignore"):
-                err, n, msg = finite_difference_check(self.value_function, self.function, inputs, self.wrt, rng)
+                err, n, msg = finite_difference_check(self.value_function, self._check_function, inputs,
+                                                      self.wrt, rng)
             if msg == "zero" and zero_draws < 8:  # all zero here (every relu off?): draw again
                 zero_draws += 1
                 continue
@@ -437,6 +456,13 @@ def _typed(expr, shapes, definitions=None, syntax="matcalc"):
 def _derive_one(expr, typed, wrt, syntax="matcalc") -> Derivation:
     if not isinstance(wrt, str):
         raise DeriveError(f"wrt must be a symbol name, got {wrt!r}")
+    subst = None
+    if wrt in (typed.definitions or {}) and wrt not in typed.symbols:
+        typed, subst = _intermediate(typed, wrt)
+    if wrt in typed.symbols and not any(s.attr == wrt for s in ir.symbols(typed.expr)):
+        users = [k for k, v in (typed.definitions or {}).items() if any(s.attr == wrt for s in ir.symbols(v))]
+        raise DeriveError(f"{wrt} occurs only in the definition of {', '.join(users)}, which the expression "
+                          f"does not use: ∂λ/∂{wrt} would be 0", expr, 0, len(expr.rstrip()))
     if wrt not in typed.symbols:
         names = list(typed.symbols)
         close = [n for n in names if n.lower() == wrt.lower()] or difflib.get_close_matches(wrt, names, n=1)
@@ -461,7 +487,37 @@ def _derive_one(expr, typed, wrt, syntax="matcalc") -> Derivation:
                              "\\text{differential}"))
     d = Derivation(expr, typed, primal, wrt, G, steps, rules, user_names, names)
     d.syntax = syntax
+    d._subst = subst
     return d
+
+
+def substitute(root: ir.Expr, mapping: dict) -> ir.Expr:
+    """``root`` with every node that is a key of ``mapping`` replaced by its value."""
+    out: dict = {}
+    for n in ir.walk(root):
+        if n in mapping:
+            out[n] = mapping[n]
+        elif n.args:
+            args = tuple(out[a] for a in n.args)
+            out[n] = n if all(a is b for a, b in zip(args, n.args)) else ir.Expr(n.op, args, n.attr, n.shape)
+        else:
+            out[n] = n
+    return out[root]
+
+
+def _intermediate(typed, name):
+    """∂λ/∂y for a defined y (``definitions={"y": "W@x+b"}``): y becomes a symbol of its shape,
+    its inputs held fixed (dL/dy, as backprop asks).  Returns the retyped expression and
+    {y's symbol: its value}, which the emitted code substitutes so it takes the leaves."""
+    from dataclasses import replace
+
+    value = typed.definitions[name]
+    r, c = value.shape
+    y = ir.sym(name, value.shape)
+    user = () if value.shape == ir.SCALAR else ((r,) if c == 1 else (r, c))
+    definitions = {k: substitute(v, {value: y}) if k != name else v for k, v in typed.definitions.items()}
+    return replace(typed, expr=substitute(typed.expr, {value: y}), symbols={**typed.symbols, name: y},
+                   user_shapes={**typed.user_shapes, name: user}, definitions=definitions), {y: value}
 
 
 
@@ -475,10 +531,11 @@ class ValueAndGrad:
 
         self.derivations = derivations
         first = next(iter(derivations.values()))
-        self.expr, self.lam = first.expr, first.lam
-        self.user_shapes, self.symbols = first.user_shapes, first.symbols
+        self.expr, self.lam = first.expr, first._leaves(first.lam)
+        self.user_shapes = {k: v for k, v in first.user_shapes.items() if k in first._params}
+        self.symbols = {k: v for k, v in first.symbols.items() if k in first._params}
         names = list(derivations)
-        outputs = [simplify(self.lam)] + [d.gradient for d in derivations.values()]
+        outputs = [simplify(self.lam)] + [d._leaves(d.gradient) for d in derivations.values()]
 
         def returns(results):
             grads = ", ".join(f"{n!r}: {r}" for n, r in zip(names, results[1:]))

@@ -583,9 +583,17 @@ def typecheck(ast: Node, source: str, declared: dict | None = None,
             raise ShapeError(f"cannot define {name!r}: it is a function name")
         if name in (declared or {}):
             raise ShapeError(f"{name} is both declared as a symbol and defined as {text!r}")
-        d_ast = parse(text)
-        t.source = text
-        t.type(d_ast)  # its own text, for carets in its errors
+        from .errors import MatcalcError
+
+        try:
+            if not isinstance(text, str):
+                raise ParseError(f"expected its value as a string, got {type(text).__name__}")
+            d_ast = parse(text)
+            t.source = text
+            t.type(d_ast)  # its own text, for carets in its errors
+        except MatcalcError as e:  # say which definition the error is in
+            raise type(e)(f"in the definition of {name} ({name} = {str(text)[:60]}): {e.message}",
+                          e.source, e.start, e.end) from None
         t.def_ast[name] = d_ast
         parsed.append((name, d_ast, text))
     t.source = source
