@@ -258,7 +258,18 @@ class Derivation:
             lines.append("dλ = 0    [λ does not change with " + self.wrt + "]")
         lines.append(f"∂λ/∂{self.wrt} = {self.short_text}")
         lines.append(f"shape {self.shape_text}: {self.shape_reason}")
+        if self.symmetric_note:
+            lines.append(self.symmetric_note)
         return lines
+
+    symmetric = ()  # the symbols declared symmetric (symmetric=[...])
+
+    @property
+    def symmetric_note(self) -> str:
+        """What a symmetric wrt means for its gradient ('' unless wrt was declared symmetric)."""
+        from .symmetric import NOTE
+
+        return NOTE.format(S=self.wrt) if self.wrt in self.symmetric else ""
 
     def _step_names(self, step):
         """The names a step is printed with: all but those written out by then."""
@@ -352,6 +363,8 @@ class Derivation:
             dims += [d for d in shape if isinstance(d, str) and d not in dims]
         sizes = choose_sizes(dims, sizes)
         domains = infer_domains(self.lam, self.symbols)
+        for name in self.symmetric:  # a symmetric matrix is drawn symmetric (SPD where it must be)
+            domains[name] = "spd" if domains.get(name) in ("spd", "invertible", "positive") else "symmetric"
         domains.update(domain or {})
         rng = np.random.default_rng(seed)
         worst, total, note, used, zero_draws = 0.0, 0, "", 0, 0
@@ -359,6 +372,8 @@ class Derivation:
             if used >= draws:
                 break
             inputs = random_inputs(self.user_shapes, domains, sizes, rng)
+            for name in self.symmetric:
+                inputs[name] = (inputs[name] + inputs[name].T) / 2
             with np.errstate(all="ignore"):
                 value = self.value_function(**inputs)
             if not np.all(np.isfinite(value)):
@@ -370,7 +385,7 @@ class Derivation:
                 continue
             with np.errstate(all="ignore"):
                 err, n, msg = finite_difference_check(self.value_function, self._check_function, inputs,
-                                                      self.wrt, rng)
+                                                      self.wrt, rng, symmetric=self.wrt in self.symmetric)
             if msg == "zero" and zero_draws < 8:  # all zero here (every relu off?): draw again
                 zero_draws += 1
                 continue
@@ -393,6 +408,9 @@ class Derivation:
                "definitions": self.definitions, "shape_reason": self.shape_reason,
                "numerator_layout": {"gradient": self.layout("numerator")[0],
                                     "shape": list(self.layout("numerator")[1])}}
+        if self.symmetric:
+            out["symmetric"] = list(self.symmetric)
+            out["symmetric_note"] = self.symmetric_note
         if check is not None:
             out["check"] = check.to_dict()
         return out
@@ -416,7 +434,7 @@ def shape_tex(shape) -> str:
 
 
 def derive(expr: str, wrt, shapes: dict | None = None, definitions: dict | None = None,
-           where: dict | None = None, *, syntax: str = "matcalc"):
+           where: dict | None = None, *, syntax: str = "matcalc", symmetric=None):
     """Differentiate the scalar ``expr`` with respect to ``wrt`` (a name or a list of names).
 
     ``shapes`` declares shapes (``{"W": ("a", "b"), "alpha": ()}``); ``definitions`` (or
@@ -429,20 +447,27 @@ def derive(expr: str, wrt, shapes: dict | None = None, definitions: dict | None 
     if definitions is not None and where is not None:
         raise DeriveError("give definitions= or where=, not both")
     definitions = definitions if definitions is not None else where
-    options = {"syntax": syntax}
+    if symmetric is None:
+        symmetric = ()
+    elif isinstance(symmetric, str):
+        symmetric = (symmetric,)
+    if not all(isinstance(n, str) for n in symmetric):
+        raise DeriveError(f"symmetric must be a list of symbol names, got {symmetric!r}")
+    symmetric = tuple(symmetric)
+    options = {"syntax": syntax, "symmetric": symmetric}
     if isinstance(wrt, (list, tuple)):
         if not wrt:
             raise DeriveError("wrt is empty: name at least one symbol")
-        typed = _typed(expr, shapes, definitions, syntax)
+        typed = _typed(expr, shapes, definitions, syntax, symmetric)
         return {w: _derive_one(expr, typed, w, **options) for w in wrt}
-    return _derive_one(expr, _typed(expr, shapes, definitions, syntax), wrt, **options)
+    return _derive_one(expr, _typed(expr, shapes, definitions, syntax, symmetric), wrt, **options)
 
 
-def _typed(expr, shapes, definitions=None, syntax="matcalc"):
+def _typed(expr, shapes, definitions=None, syntax="matcalc", symmetric=()):
     if definitions is not None and not isinstance(definitions, dict):
         raise DeriveError("definitions must be a dict name -> expression text")
     ast = parse(expr, syntax=syntax)
-    typed = typecheck(ast, expr, shapes, definitions, syntax=syntax)
+    typed = typecheck(ast, expr, shapes, definitions, syntax=syntax, symmetric=symmetric)
     for note in typed.notes or ():
         warnings.warn(note, stacklevel=3)
     if typed.expr.shape != ir.SCALAR:
@@ -453,7 +478,7 @@ def _typed(expr, shapes, definitions=None, syntax="matcalc"):
     return typed
 
 
-def _derive_one(expr, typed, wrt, syntax="matcalc") -> Derivation:
+def _derive_one(expr, typed, wrt, syntax="matcalc", symmetric=()) -> Derivation:
     if not isinstance(wrt, str):
         raise DeriveError(f"wrt must be a symbol name, got {wrt!r}")
     subst = None
@@ -469,6 +494,10 @@ def _derive_one(expr, typed, wrt, syntax="matcalc") -> Derivation:
         hint = f" (did you mean {close[0]}?)" if close else ""
         raise DeriveError(f"{wrt!r} does not occur in the expression{hint}; its symbols are "
                           + ", ".join(names))
+    if symmetric:
+        from .symmetric import use_symmetry
+
+        typed = _use_symmetry(typed, symmetric)
     primal = stabilize(typed.expr)
     user_names = {node: name for name, node in (typed.definitions or {}).items()}
     dlam, rules, dmemo = differential(primal, wrt)
@@ -485,10 +514,31 @@ def _derive_one(expr, typed, wrt, syntax="matcalc") -> Derivation:
         d_of = ir.Expr("d", (primal,), None, ir.SCALAR)
         steps.insert(0, Step(d_of, dlam, "differential: " + "; ".join(rules), frozenset(),
                              "\\text{differential}"))
+    if symmetric:
+        from .adjoint import term
+        from .symmetric import symmetrize
+
+        G0, G = G, (symmetrize(G, symmetric) if wrt in symmetric else use_symmetry(G, symmetric))
+        if G is not G0 and wrt in symmetric:
+            hidden = steps[-1].expanded if steps else frozenset()
+            steps.append(Step(term(G0, dW), term(G, dW), f"d{wrt} symmetric: G:d{wrt} = sym(G):d{wrt}, "
+                              "sym(G) = (G + Gᵀ)/2", hidden,
+                              f"\\text{{d{wrt} symmetric: }} G:\\mathrm{{d}}{wrt} = \\tfrac12(G + G^{{\\top}}):"
+                              f"\\mathrm{{d}}{wrt}"))
     d = Derivation(expr, typed, primal, wrt, G, steps, rules, user_names, names)
     d.syntax = syntax
     d._subst = subst
+    d.symmetric = tuple(symmetric)
     return d
+
+
+def _use_symmetry(typed, symmetric):
+    from dataclasses import replace
+
+    from .symmetric import use_symmetry
+
+    defs = {k: use_symmetry(v, symmetric) for k, v in (typed.definitions or {}).items()}
+    return replace(typed, expr=use_symmetry(typed.expr, symmetric), definitions=defs)
 
 
 def substitute(root: ir.Expr, mapping: dict) -> ir.Expr:

@@ -9,7 +9,7 @@ import numpy as np
 
 from . import ir
 
-DOMAINS = ("normal", "positive", "spd", "invertible", "unit_simplex", "onehot")
+DOMAINS = ("normal", "positive", "spd", "invertible", "unit_simplex", "onehot", "symmetric")
 _LARGE = {"n", "m", "k", "p", "N", "M", "K", "P", "T"}
 
 
@@ -96,6 +96,9 @@ def draw(shape_np: tuple, domain: str, rng) -> np.ndarray | float:
     elif domain == "invertible":
         n = shape_np[0]
         v = 2 * np.eye(n) + rng.standard_normal((n, n)) / np.sqrt(n)
+    elif domain == "symmetric":
+        R = rng.standard_normal(shape_np)
+        v = (R + R.T) / 2
     elif domain == "positive":
         v = rng.uniform(0.2, 2.0, size=shape_np)
     elif domain == "unit_simplex":
@@ -119,13 +122,17 @@ def random_inputs(user_shapes: dict, domains: dict, sizes: dict, rng) -> dict:
 
 
 def finite_difference_check(f, grad, inputs: dict, wrt: str, rng, h: float = 1e-6,
-                            max_entries: int = 40, directions: int = 3):
-    """(max relative error, number of comparisons) of grad against central differences of f."""
+                            max_entries: int = 40, directions: int = 3, symmetric: bool = False):
+    """(max relative error, number of comparisons) of grad against central differences of f.
+    ``symmetric``: wrt is a symmetric matrix, perturbed only along symmetric directions
+    (Eᵢⱼ + Eⱼᵢ), where λ's change is G:dS."""
     x0 = inputs[wrt]
     G = np.asarray(grad(**inputs), dtype=float)
     base = np.asarray(x0, dtype=float)
     if G.shape != base.shape:
         return float("inf"), 0, f"the gradient has shape {G.shape}, {wrt} has {base.shape}"
+    if symmetric:
+        return _symmetric_fd(f, G, inputs, wrt, base, rng, h, max_entries, directions)
 
     def at(x):
         args = dict(inputs)
@@ -159,3 +166,35 @@ def finite_difference_check(f, grad, inputs: dict, wrt: str, rng, h: float = 1e-
     # central differences carry rounding noise of about eps·|λ|/h: no finer error is measurable
     scale = max(scale, 1e-4 * max(1.0, abs(at(base))))
     return float(np.max(np.abs(fd - an)) / scale), len(fd), ""
+
+
+def _symmetric_fd(f, G, inputs, wrt, base, rng, h, max_entries, directions):
+    n = base.shape[0]
+
+    def at(x):
+        return float(f(**dict(inputs, **{wrt: x})))
+
+    pairs = [(i, j) for i in range(n) for j in range(i, n)]
+    if len(pairs) > max_entries:
+        pairs = [pairs[k] for k in rng.choice(len(pairs), max_entries, replace=False)]
+    dirs = []
+    for i, j in pairs:
+        E = np.zeros((n, n))
+        E[i, j] = E[j, i] = 1.0
+        dirs.append(E)
+    for _ in range(directions):
+        V = rng.standard_normal((n, n))
+        V = (V + V.T) / 2
+        dirs.append(V / np.linalg.norm(V))
+    step = h * max(1.0, float(np.max(np.abs(base))))
+    fd = np.array([(at(base + step * V) - at(base - step * V)) / (2 * step) for V in dirs])
+    an = np.array([float(np.sum(G * V)) for V in dirs])
+    if not (np.all(np.isfinite(fd)) and np.all(np.isfinite(an))):
+        return float("inf"), len(fd), "non-finite values"
+    scale = max(float(np.max(np.abs(fd))), float(np.max(np.abs(an))), float(np.max(np.abs(G))))
+    if scale < 1e-12:
+        return 0.0, len(fd), "zero"
+    scale = max(scale, 1e-4 * max(1.0, abs(at(base))))
+    # G:V only sees G's symmetric part: the gradient must also be symmetric itself
+    err = max(float(np.max(np.abs(fd - an))), float(np.max(np.abs(G - G.T))))
+    return err / scale, len(fd), ""

@@ -39,6 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the language of EXPR and --let: matcalc (default: * entrywise, @ the matrix "
                         "product) or matlab (matrixcalculus.org: * the matrix product, .* entrywise, ' "
                         "transpose); results print in it")
+    d.add_argument("--sym", action="append", default=[], metavar="NAME",
+                   help="NAME is a symmetric matrix: its gradient is sym(G) = (G + Gᵀ)/2 (repeat for several)")
     d.add_argument("--layout", choices=["denominator", "numerator"], default="denominator",
                    help="denominator (default): ∂λ/∂W has W's shape; numerator: its transpose")
     d.add_argument("--steps", action="store_true", help="print the derivation step by step")
@@ -120,7 +122,8 @@ def run(argv=None) -> int:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", NotationWarning)
             results = derive(args.expr, wrt=list(args.wrt), shapes=shapes,
-                             definitions=parse_lets(args.let) or None, syntax=args.syntax)
+                             definitions=parse_lets(args.let) or None, syntax=args.syntax,
+                             symmetric=args.sym or None)
     except MatcalcError as e:
         print(f"matcalc: {e}", file=sys.stderr)
         return EXIT_REFUSED
@@ -148,6 +151,8 @@ def run(argv=None) -> int:
                 where = ", ".join(f"{k} = {v}" for k, v in d.definitions.items())
                 out.append(f"{' ' * (len(w) + 4)} = {d.short_text}    where {where}")
             out.append(f"shape: {d.shape_text}; {d.shape_reason}")
+            if d.symmetric_note:
+                out.append(d.symmetric_note)
         if args.layout == "numerator":
             text, shape = d.layout("numerator")
             out.append(f"numerator layout: ∂λ/∂{w} = {text}, shape {shape_str(shape)} "

@@ -557,7 +557,7 @@ class _Typer:
 
 
 def typecheck(ast: Node, source: str, declared: dict | None = None,
-              definitions: dict | None = None, syntax: str = "matcalc") -> Typed:
+              definitions: dict | None = None, syntax: str = "matcalc", symmetric=()) -> Typed:
     """Type ``ast``; ``definitions`` maps names to the text of their values, each may use
     the ones before it (``{"l": "W@x+c", "p": "exp(l)"}``).  ``syntax="matlab"``: the tree
     and the definitions are in matrixcalculus.org's language."""
@@ -598,6 +598,13 @@ def typecheck(ast: Node, source: str, declared: dict | None = None,
         parsed.append((name, d_ast, text))
     t.source = source
     t.type(ast)
+    for name in symmetric or ():  # a symmetric matrix is square
+        if name not in t.sym_shape:
+            raise DeriveError(f"symmetric names {name!r}, which is not a symbol of the expression; its "
+                              f"symbols are {', '.join(t.sym_shape)}")
+        shape = t.sym_shape[name]
+        if t.sym_kind[name] != 2 or not t.unify(shape[0], shape[1]):
+            raise ShapeError(f"{name} is declared symmetric, but it is {t.describe(shape)}, not a square matrix")
     user_shapes, syms = t.finish()
     for name, d_ast, text in parsed:
         t.source = text
