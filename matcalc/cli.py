@@ -41,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "transpose); results print in it")
     d.add_argument("--sym", action="append", default=[], metavar="NAME",
                    help="NAME is a symmetric matrix: its gradient is sym(G) = (G + Gᵀ)/2 (repeat for several)")
+    d.add_argument("--at", action="append", default=[], metavar="NAME=VALUE",
+                   help="evaluate the gradient at numbers: a number or a nested list per symbol, "
+                        "e.g. --at x=[1,2] --at W=[[1,0],[0,1]] --at alpha=0.5")
     d.add_argument("--layout", choices=["denominator", "numerator"], default="denominator",
                    help="denominator (default): ∂λ/∂W has W's shape; numerator: its transpose")
     d.add_argument("--steps", action="store_true", help="print the derivation step by step")
@@ -102,6 +105,53 @@ def _protect_leading_minus(argv):
     return argv, None
 
 
+def parse_at(items) -> dict:
+    """--at NAME=VALUE: VALUE is JSON (a number or nested lists of numbers), never evaluated."""
+    from .errors import DeriveError
+
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        if not sep or not name or not value.strip():
+            raise DeriveError(f"--at takes NAME=VALUE (like x=[1,2] or alpha=0.5), got {item!r}")
+        try:
+            v = json.loads(value)
+        except ValueError:
+            raise DeriveError(f"--at {name}: {value.strip()[:60]!r} is not a number or a nested list of "
+                              "numbers (like [[1, 2], [3, 4]])") from None
+        if not _numeric(v):
+            raise DeriveError(f"--at {name}: {value.strip()[:60]!r} is not a number or a nested list of numbers")
+        out[name] = v
+    return out
+
+
+def _numeric(v) -> bool:
+    if isinstance(v, bool):
+        return False
+    if isinstance(v, (int, float)):
+        return True
+    return isinstance(v, list) and bool(v) and all(_numeric(x) for x in v)
+
+
+def evaluate_at(d, values: dict):
+    """The gradient of ``d`` at ``values`` (name -> number or nested list) as an array."""
+    import numpy as np
+
+    from .errors import DeriveError, ShapeError
+
+    params = list(d.function.params)
+    missing = [p for p in params if p not in values]
+    if missing:
+        raise DeriveError(f"--at gives no value for {', '.join(missing)} (the gradient of {d.wrt} needs "
+                          f"{', '.join(params)})")
+    try:
+        with np.errstate(all="ignore"):
+            return np.asarray(d.function(**{k: values[k] for k in params}), dtype=float)
+    except (ShapeError, ValueError) as e:
+        raise ShapeError(f"--at: {getattr(e, 'message', e)}") from None
+
+
 def run(argv=None) -> int:
     argv, marked = _protect_leading_minus(argv)
     args = build_parser().parse_args(argv)
@@ -111,7 +161,7 @@ def run(argv=None) -> int:
         build_parser().print_help(sys.stderr)
         return EXIT_REFUSED
     from .api import derive, shape_str
-    from .errors import MatcalcError
+    from .errors import DeriveError, MatcalcError
 
     import warnings
 
@@ -124,6 +174,14 @@ def run(argv=None) -> int:
             results = derive(args.expr, wrt=list(args.wrt), shapes=shapes,
                              definitions=parse_lets(args.let) or None, syntax=args.syntax,
                              symmetric=args.sym or None)
+        at = parse_at(args.at) if args.at else None
+        if at is not None:
+            symbols = set().union(*(d.symbols for d in results.values()))
+            unknown = [k for k in at if k not in symbols]
+            if unknown:
+                raise DeriveError(f"--at names {', '.join(unknown)}, which is not a symbol of the expression; "
+                                  f"its symbols are {', '.join(sorted(symbols))}")
+            values = {w: evaluate_at(d, at) for w, d in results.items()}
     except MatcalcError as e:
         print(f"matcalc: {e}", file=sys.stderr)
         return EXIT_REFUSED
@@ -139,7 +197,10 @@ def run(argv=None) -> int:
         if report is not None and not report.ok:
             status = EXIT_CHECK_FAILED
         if args.json:
-            out.append(json.dumps(d.to_dict(report), ensure_ascii=False))
+            obj = d.to_dict(report)
+            if at is not None:
+                obj["value"] = values[w].tolist()
+            out.append(json.dumps(obj, ensure_ascii=False))
             continue
         if len(results) > 1:
             out.append(f"── {w} ──")
@@ -161,6 +222,12 @@ def run(argv=None) -> int:
             out.append(f"latex: {d.latex}")
             if args.steps:
                 out.append(d.steps_latex)
+        if at is not None:
+            import numpy as np
+
+            where = ", ".join(f"{k}" for k in d.function.params)
+            out.append(f"at the given {where}: ∂λ/∂{w} =")
+            out.append(np.array2string(values[w], precision=8, max_line_width=100, threshold=10 ** 6))
         if args.code:
             out.append(d.numpy_source.rstrip())
         if report is not None:
