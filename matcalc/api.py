@@ -161,6 +161,7 @@ class Derivation:
         self.rules = rules
         self.user_shapes = typed.user_shapes
         self.symbols = typed.symbols
+        self._source_expr = typed.expr  # as written (before stabilize: log(det(X)) needs det > 0)
         self.shape = typed.user_shapes[wrt]
         self._user_names = user_names   # node -> name, from definitions=
         taken = set(typed.symbols) | set(user_names.values())
@@ -356,22 +357,29 @@ class Derivation:
         """Compare ``function`` with central finite differences of λ on random inputs."""
         import numpy as np
 
-        from .check import CheckReport, choose_sizes, finite_difference_check, infer_domains, random_inputs
+        from .check import (CheckReport, check_domains, choose_sizes, finite_difference_check, infer_domains,
+                            random_inputs)
+
+        domain = check_domains(domain, self.symbols)
 
         dims = []
         for shape in self.user_shapes.values():
             dims += [d for d in shape if isinstance(d, str) and d not in dims]
         sizes = choose_sizes(dims, sizes)
-        domains = infer_domains(self.lam, self.symbols)
+        domains = infer_domains(ir.add(self.lam, self._source_expr), self.symbols)
         for name in self.symmetric:  # a symmetric matrix is drawn symmetric (SPD where it must be)
-            domains[name] = "spd" if domains.get(name) in ("spd", "invertible", "positive") else "symmetric"
+            domains[name] = "spd" if domains.get(name) in ("invertible", "invertible_signed", "positive") \
+                else "symmetric"
         domains.update(domain or {})
+        # λ that only needs X invertible: det X < 0 on every other draw (det > 0 on the others)
+        signed = [k for k, v in domains.items() if v == "invertible_signed" and k not in (domain or {})]
         rng = np.random.default_rng(seed)
         worst, total, note, used, zero_draws = 0.0, 0, "", 0, 0
         for attempt in range(draws + 14):
             if used >= draws:
                 break
-            inputs = random_inputs(self.user_shapes, domains, sizes, rng)
+            this = dict(domains, **{k: "invertible" for k in signed}) if used % 2 == 0 else domains
+            inputs = random_inputs(self.user_shapes, this, sizes, rng)
             for name in self.symmetric:
                 inputs[name] = (inputs[name] + inputs[name].T) / 2
             with np.errstate(all="ignore"):

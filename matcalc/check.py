@@ -9,7 +9,8 @@ import numpy as np
 
 from . import ir
 
-DOMAINS = ("normal", "positive", "spd", "invertible", "unit_simplex", "onehot", "symmetric")
+DOMAINS = ("normal", "positive", "spd", "invertible", "invertible_signed", "unit_simplex", "onehot",
+           "symmetric")
 _LARGE = {"n", "m", "k", "p", "N", "M", "K", "P", "T"}
 
 
@@ -84,8 +85,35 @@ def infer_domains(expr: ir.Expr, symbols: dict) -> dict:
     out = {}
     for name, s in symbols.items():
         square = s.shape[0] == s.shape[1] and s.shape != ir.SCALAR
-        out[name] = "spd" if (name in spd and square) else ("positive" if name in positive or name in spd else "normal")
+        # a square matrix that inv/det/logdet need invertible: well-conditioned and NOT symmetric,
+        # so that X⁻ᵀ ≠ X⁻¹ and a dropped transpose fails; with det < 0 on every other draw where
+        # λ only needs it invertible (logdet is log|det|), never under log(det(·)) or sqrt
+        if name in spd and square:
+            out[name] = "invertible" if name in positive else "invertible_signed"
+        else:
+            out[name] = "positive" if name in positive or name in spd else "normal"
     return out
+
+
+def check_domains(domain, symbols) -> dict:
+    """A user's domain= mapping, validated: known symbols and known domain names only."""
+    from .errors import DeriveError
+
+    if domain is None:
+        return {}
+    if not isinstance(domain, dict):
+        raise DeriveError(f"domain must be a dict name -> domain, got {type(domain).__name__}")
+    for name, dom in domain.items():
+        if name not in symbols:
+            raise DeriveError(f"domain= names {name!r}, which is not a symbol of the expression; its "
+                              f"symbols are {', '.join(symbols)}")
+        if dom not in DOMAINS:
+            raise DeriveError(f"unknown domain {dom!r} for {name}; the domains are {', '.join(DOMAINS)}")
+        shape = symbols[name].shape
+        if dom in ("spd", "invertible", "invertible_signed", "symmetric") and \
+                (shape[0] != shape[1] or shape == ir.SCALAR):
+            raise DeriveError(f"domain {dom!r} needs a square matrix, but {name} is {ir.describe(shape)}")
+    return dict(domain)
 
 
 def draw(shape_np: tuple, domain: str, rng) -> np.ndarray | float:
@@ -93,9 +121,12 @@ def draw(shape_np: tuple, domain: str, rng) -> np.ndarray | float:
         n = shape_np[0]
         R = rng.standard_normal((n, n))
         v = R @ R.T / n + np.eye(n)
-    elif domain == "invertible":
+    elif domain in ("invertible", "invertible_signed"):
+        # eigenvalues within about 1 of 2: well-conditioned, det > 0, and not symmetric
         n = shape_np[0]
         v = 2 * np.eye(n) + rng.standard_normal((n, n)) / np.sqrt(n)
+        if domain == "invertible_signed":
+            v[0] = -v[0]  # det < 0
     elif domain == "symmetric":
         R = rng.standard_normal(shape_np)
         v = (R + R.T) / 2
