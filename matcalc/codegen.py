@@ -486,11 +486,29 @@ def function_source(fname: str, outputs: list[Expr], param_names: list[str], sym
         ret = returns(results)
     body.append(f"    return {ret}")
     text = "\n".join(body)
+    dims = []
     for dname, pname, axis in em.dims_needed.values():
         if re.search(rf"\b{dname}\b", text):  # (a summed array of ones is never built)
-            head.append(f"    {dname} = {pname}.shape[{axis}]")
+            dims.append(f"    {dname} = {pname}.shape[{axis}]")
+    used = text + "\n".join(dims)
+    head.extend(entry_conversions([p for p in param_names if re.search(rf"\b{params[p]}\b", used)],
+                                  params, syms))
+    head.extend(dims)
     helpers = "".join(HELPERS[h] + "\n\n" for h in sorted(em.helpers))
     return helpers + "\n".join(head + body) + "\n", params
+
+
+def entry_conversions(param_names, params: dict, syms: dict) -> list[str]:
+    """The first lines of an emitted function: every argument as float64, so integer arrays,
+    lists and ints work too (the in-place updates and BLAS calls need floats)."""
+    lines = []
+    for name in param_names:
+        p = params[name]
+        if syms[name].shape == (1, 1):
+            lines.append(f"    {p} = float({p})")
+        else:
+            lines.append(f"    {p} = np.asarray({p}, float)")
+    return lines
 
 
 def module_source(functions: list[str]) -> str:
