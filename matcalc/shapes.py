@@ -574,6 +574,12 @@ def typecheck(ast: Node, source: str, declared: dict | None = None,
         t = MatlabTyper(source, declared or {})
     else:
         t = _Typer(source, declared or {})
+    # dimension names never read like a symbol (a bias b and a dimension b): skip the names used
+    texts = [source] + [v for v in (definitions or {}).values() if isinstance(v, str)]
+    used = {w for text in texts for w in re.findall(r"[^\W\d]\w*", text)}
+    used |= {k for k in (definitions or {}) if isinstance(k, str)} | set(declared or {})
+    t.user_dim_names = t.user_dim_names | used
+    t._names = (n for n in _letters() if n not in t.user_dim_names)
     t.def_ast, t.def_ir = {}, {}
     parsed = []
     for name, text in (definitions or {}).items():
