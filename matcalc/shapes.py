@@ -391,6 +391,13 @@ class _Typer:
         if b.kind == "num" and not self.is_scalar(sa):
             self.special[id(b)] = sa
             return (1, 1)
+        one_a, one_b = self.ones_operand(a), self.ones_operand(b)
+        if one_b is not None and one_b is not b and not self.is_scalar(sa):  # x.T:1.T
+            self.set_ones(b, one_b, sa)
+            return (1, 1)
+        if one_a is not None and one_a is not a and not self.is_scalar(sb):
+            self.set_ones(a, one_a, sb)
+            return (1, 1)
         if not self.unify_all((sa[0], sb[0]), (sa[1], sb[1])):
             # a declared row (X: 1×d) makes G in G:(X@W) a row too; never a vector a scalar
             saved = dict(self.parent)
