@@ -107,7 +107,8 @@ class TextPrinter:
         if op == "div":
             return f"{self.wrap(e.args[0], PROD)}/{self.wrap(e.args[1], PROD, strict=True)}", PROD
         if op == "frob":
-            return f"{self.wrap(e.args[0], FROB)}:{self.wrap(e.args[1], FROB, strict=True)}", FROB
+            a = _ones_side(e.args[0], self, "*1")
+            return f"{a or self.wrap(e.args[0], FROB)}:{self.wrap(e.args[1], FROB, strict=True)}", FROB
         if op == "pow":
             k = e.args[1]
             ks = fmt_number(k.attr) if k.op == "const" else self.wrap(k, ATOM)
@@ -115,6 +116,16 @@ class TextPrinter:
         if op == "T":
             return f"{self.wrap(e.args[0], POST)}.T", POST
         return f"{op}({self.p(e.args[0])[0]})", ATOM
+
+
+def _ones_side(e: Expr, printer, ones: str):
+    """c 1 for an array of c's on the left of ':' (½1:dp, not ½:dp, which reads as a scalar)."""
+    if e.op == "const" and e.shape != SCALAR and e.attr not in (1.0, 0.0) and e not in printer.names:
+        c, _ = printer.p(ir.const(e.attr))
+        if e.shape[0] == 1:
+            ones += ".T" if "mathbf" not in ones else "^{\\top}"
+        return c + ones
+    return None
 
 
 def to_text(e: Expr, names: dict | None = None) -> str:
@@ -181,7 +192,7 @@ class LatexPrinter(TextPrinter):
         if op == "delta":
             return "\\mathrm{d}" + tex_name(e.attr), ATOM
         if op == "const":
-            s = fmt_number(abs(e.attr))
+            s = fmt_number(abs(e.attr)) if abs(e.attr) != 0.5 else "\\tfrac{1}{2}"  # ½, as on paper
             if e.shape != SCALAR and e.attr == 1.0:
                 s = "\\mathbf{1}^{\\top}" if e.shape[0] == 1 else "\\mathbf{1}"
             return ("-" + s if e.attr < 0 else s), (ATOM if e.attr >= 0 else NEG)
@@ -217,7 +228,8 @@ class LatexPrinter(TextPrinter):
                 return f"\\frac{{{self.p(a)[0]}}}{{{self.p(b)[0]}}}", ATOM
             return f"{self.wrap(a, PROD)} \\oslash {self.wrap(b, PROD, strict=True)}", PROD
         if op == "frob":
-            return f"{self.wrap(e.args[0], FROB)} : {self.wrap(e.args[1], FROB, strict=True)}", FROB
+            a = _ones_side(e.args[0], self, " \\mathbf{1}")
+            return f"{a or self.wrap(e.args[0], FROB)} : {self.wrap(e.args[1], FROB, strict=True)}", FROB
         if op == "pow":
             k = e.args[1]
             ks = fmt_number(k.attr) if k.op == "const" else self.p(k)[0]

@@ -283,7 +283,17 @@ def s_matmul(a: Expr, b: Expr) -> Expr:
             return s_mul(a.args[0], b)
     if b.op == "Diag" and a.shape[0] == 1:  # vᵀDiag(h) = (h∘v)ᵀ
         return s_T(s_mul(b.args[0], s_T(a)))
+    last = a.args[1] if a.op == "matmul" else a
+    if _inverse_pair(last, b):  # X⁻¹X = I, and through transposes: X⁻ᵀXᵀ = I
+        return a.args[0] if a.op == "matmul" else ir.eye(shape[0])
     return Expr("matmul", (a, b), None, shape)
+
+
+def _inverse_pair(x: Expr, y: Expr) -> bool:
+    """Whether x y = I: X⁻¹ X, X X⁻¹, X⁻ᵀ Xᵀ, Xᵀ X⁻ᵀ."""
+    if x.op == "T" and y.op == "T":
+        x, y = x.args[0], y.args[0]
+    return (x.op == "inv" and x.args[0] is y) or (y.op == "inv" and y.args[0] is x)
 
 
 # ------------------------------------------------------------------ transpose
@@ -318,7 +328,7 @@ def s_T(a: Expr) -> Expr:
         return s_div(s_T(a.args[0]), a.args[1])
     if a.op == "add":  # (A + Bᵀ)ᵀ = Aᵀ + B when no term keeps a transpose
         terms = [s_T(t) for t in a.args]
-        if not any(t.op == "T" for t in terms):
+        if not any(t.op == "T" for t in terms) or set(terms) == set(a.args):  # (Aᵀ + A)ᵀ = A + Aᵀ
             return s_add(*terms)
     return Expr("T", (a,), None, (c, r))
 
