@@ -442,7 +442,7 @@ def shape_tex(shape) -> str:
 
 
 def derive(expr: str, wrt, shapes: dict | None = None, definitions: dict | None = None,
-           where: dict | None = None, *, syntax: str = "matcalc", symmetric=None):
+           where: dict | None = None, *, syntax: str = "matcalc", symmetric=None, form=None):
     """Differentiate the scalar ``expr`` with respect to ``wrt`` (a name or a list of names).
 
     ``shapes`` declares shapes (``{"W": ("a", "b"), "alpha": ()}``); ``definitions`` (or
@@ -462,7 +462,9 @@ def derive(expr: str, wrt, shapes: dict | None = None, definitions: dict | None 
     if not all(isinstance(n, str) for n in symmetric):
         raise DeriveError(f"symmetric must be a list of symbol names, got {symmetric!r}")
     symmetric = tuple(symmetric)
-    options = {"syntax": syntax, "symmetric": symmetric}
+    if form not in (None, "diag"):
+        raise DeriveError(f"form must be None or 'diag', not {form!r}")
+    options = {"syntax": syntax, "symmetric": symmetric, "form": form}
     if isinstance(wrt, (list, tuple)):
         if not wrt:
             raise DeriveError("wrt is empty: name at least one symbol")
@@ -486,7 +488,7 @@ def _typed(expr, shapes, definitions=None, syntax="matcalc", symmetric=()):
     return typed
 
 
-def _derive_one(expr, typed, wrt, syntax="matcalc", symmetric=()) -> Derivation:
+def _derive_one(expr, typed, wrt, syntax="matcalc", symmetric=(), form=None) -> Derivation:
     if not isinstance(wrt, str):
         raise DeriveError(f"wrt must be a symbol name, got {wrt!r}")
     subst = None
@@ -533,6 +535,23 @@ def _derive_one(expr, typed, wrt, syntax="matcalc", symmetric=()) -> Derivation:
                               "sym(G) = (G + Gᵀ)/2", hidden,
                               f"\\text{{d{wrt} symmetric: }} G:\\mathrm{{d}}{wrt} = \\tfrac12(G + G^{{\\top}}):"
                               f"\\mathrm{{d}}{wrt}"))
+    if form == "diag" or any(node.op == "Diag" for node in user_names):
+        from .adjoint import term
+        from .diagform import IDENTITY, IDENTITY_LATEX, diag_form, diag_name
+
+        G0 = G
+        G, made = diag_form(G, names, everywhere=form == "diag")
+        if G is not G0:
+            taken = set(typed.symbols) | set(names.values())
+            shown = []
+            for D in made:
+                if D not in names:
+                    names[D] = diag_name(D, names, taken)
+                    taken.add(names[D])
+                shown.append(f"{names[D]} = Diag({to_text(D.args[0], names)})")
+            hidden = steps[-1].expanded if steps else frozenset()
+            steps.append(Step(term(G0, dW), term(G, dW), f"{IDENTITY}: {', '.join(shown)}", hidden,
+                              IDENTITY_LATEX))
     d = Derivation(expr, typed, primal, wrt, G, steps, rules, user_names, names)
     d.syntax = syntax
     d._subst = subst

@@ -44,6 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--at", action="append", default=[], metavar="NAME=VALUE",
                    help="evaluate the gradient at numbers: a number or a nested list per symbol, "
                         "e.g. --at x=[1,2] --at W=[[1,0],[0,1]] --at alpha=0.5")
+    d.add_argument("--form", choices=["diag"], default=None,
+                   help="diag: write h∘v as Hv with H = Diag(h) named, as papers do")
     d.add_argument("--layout", choices=["denominator", "numerator"], default="denominator",
                    help="denominator (default): ∂λ/∂W has W's shape; numerator: its transpose")
     d.add_argument("--steps", action="store_true", help="print the derivation step by step")
@@ -173,7 +175,7 @@ def run(argv=None) -> int:
             warnings.simplefilter("always", NotationWarning)
             results = derive(args.expr, wrt=list(args.wrt), shapes=shapes,
                              definitions=parse_lets(args.let) or None, syntax=args.syntax,
-                             symmetric=args.sym or None)
+                             symmetric=args.sym or None, form=args.form)
         at = parse_at(args.at) if args.at else None
         if at is not None:
             symbols = set().union(*(d.symbols for d in results.values()))
