@@ -91,7 +91,8 @@ class TextPrinter:
                 scalars_before = all(g.shape == SCALAR for g in fs[:i])
                 if i == 0 and not (f.op == "matmul" and len(fs) > 1):
                     out.append(self.wrap(f, PROD))
-                elif f.op in ("matmul", "div") and scalars_before and i == len(fs) - 1:
+                elif f.op in ("matmul", "div") and scalars_before and i == len(fs) - 1 \
+                        and not _ones_first(f):  # 0.1*(1.T@A): a bare 1.T takes its size from @
                     out.append(self.wrap(f, PROD))
                 else:
                     out.append(self.wrap(f, PROD, strict=True))
@@ -116,6 +117,13 @@ class TextPrinter:
         if op == "T":
             return f"{self.wrap(e.args[0], POST)}.T", POST
         return f"{op}({self.p(e.args[0])[0]})", ATOM
+
+
+def _ones_first(e: Expr) -> bool:
+    """Whether a product chain starts with an all-ones array (1.T@A)."""
+    while e.op == "matmul":
+        e = e.args[0]
+    return e.op == "const" and e.shape != SCALAR
 
 
 def _ones_side(e: Expr, printer, ones: str):

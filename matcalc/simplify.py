@@ -274,6 +274,10 @@ def s_matmul(a: Expr, b: Expr) -> Expr:
     sb, b2 = _split_scalars(b)
     if sa or sb:
         return s_mul(*sa, *sb, s_matmul(a2, b2))
+    for x in (a, b):  # A(c1) = c(A1): the scalar floats out, a bare 1 is left in the product
+        if x.op == "const" and x.attr not in (0.0, 1.0):
+            ones = const(1.0, x.shape)
+            return s_mul(const(x.attr), s_matmul(ones if x is a else a, ones if x is b else b))
     if b.op == "matmul":  # products read left to right: A(BC) = (AB)C (codegen picks the order)
         return s_matmul(s_matmul(a, b.args[0]), b.args[1])
     if a.op == "Diag":

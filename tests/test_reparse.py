@@ -2,10 +2,11 @@
 with its definitions substituted back), λ, and the numerator layout, for the random
 expressions of tests/exprgen.py, compared by value at random inputs."""
 import os
+import re
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, note, settings, strategies as st
+from hypothesis import HealthCheck, assume, given, note, settings, strategies as st
 
 import matcalc
 from matcalc.codegen import compile_function, function_source, module_source
@@ -16,6 +17,10 @@ from matcalc.shapes import typecheck
 from exprgen import expressions  # noqa: E402
 
 EXAMPLES = int(os.environ.get("MATCALC_REPARSE_EXAMPLES", "60"))
+
+# a count of a symbolic dimension (Σ of n ones) prints as sum(1) or 1@1, which cannot say n
+# on its own (README: Limits); those texts are left out, everything else must read back
+DIMENSION_COUNT = re.compile(r"sum\(-?\d*\.?\d*\*?1(\.T)?\)|\b1(\.T)?@1\b")
 
 
 def evaluate(text, d, inputs, definitions=None, shape=None):
@@ -56,6 +61,7 @@ def test_printed_text_reparses(case, seed):
     note(f"expr = {case.expr}")
     for w in case.wrt[:2]:
         d = matcalc.derive(case.expr, wrt=w, shapes=case.shapes)
+        assume(not any(DIMENSION_COUNT.search(t) for t in (d.text, d.short_text, *d.definitions.values())))
         inputs_f = {k: v for k, v in inputs.items() if k in d.user_shapes}
         with np.errstate(all="ignore"):
             want = np.asarray(d.function(**inputs_f))
@@ -91,6 +97,7 @@ def test_printed_text_reparses(case, seed):
     pytest.param("sum(W + x)", "x", None, marks=pytest.mark.xfail(
         reason="b ones summed print as 1@1; without a symbol of length b no text can say b", strict=True)),
     ("x.T@A@x", "x", None),
+    ("tanh(0.1*((A@x + x**2):1)) + 2", "A", None),   # 0.1*(1.T@A): the ones keep their context
 ])
 def test_known_forms_reparse(expr, wrt, shapes):
     d = matcalc.derive(expr, wrt=wrt, shapes=shapes)
