@@ -59,6 +59,8 @@ class TextPrinter:
         for i, t in enumerate(e.args):
             negative, pos = _neg_split(t)
             s = self.wrap(pos, ADD, strict=True)
+            if i == 0 and negative and _ones_first(pos) and not s.startswith("("):
+                s = f"({s})"
             parts.append(s if i == 0 and not negative else (("-" if i == 0 else " - ") + s if negative else " + " + s))
         return "".join(parts)
 
@@ -98,6 +100,8 @@ class TextPrinter:
                     out.append(self.wrap(f, PROD, strict=True))
             s = "*".join(out)
             if negative:
+                if len(fs) == 1 and _ones_first(fs[0]):
+                    s = f"({s})"  # -(1.T@A): a bare -1.T would scale before @ gives it a size
                 return "-" + s, (NEG if len(fs) == 1 else PROD)
             return s, PROD
         if op == "matmul":
