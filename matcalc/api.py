@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import difflib
+import warnings
 from functools import cached_property
 
 from . import ir
@@ -82,6 +83,15 @@ class GradientFunction:
                 continue
             if len(shape) == 1 and arr.ndim == 2 and 1 in arr.shape:
                 arr = arr.reshape(-1)
+            if len(shape) == 2 and arr.ndim == 1 and sum(d == 1 for d in shape) == 1:
+                # a 1-D array for a declared row (1, d) or column (d, 1): as NumPy's 1-D vectors
+                d = shape[1] if shape[0] == 1 else shape[0]
+                want = d if isinstance(d, int) else sizes.setdefault(d, arr.shape[0])
+                if want != arr.shape[0]:
+                    raise ShapeError(f"{name} has length {arr.shape[0]}, but dimension {d} is {want} "
+                                     f"elsewhere (declared shape {shape})")
+                out[self.params[name]] = arr
+                continue
             if arr.ndim == len(shape) and any(d == 1 for d in shape):
                 for d, s in zip(shape, arr.shape):
                     if d == 1 and s != 1:
@@ -117,14 +127,21 @@ class GradientFunction:
                     return self._f(**kwargs)
         out = self._f(**self.convert(kwargs))
         if self._out_shape is not None and any(d == 1 for d in self._out_shape):
+            if self.wrt is not None and len(self._out_shape) == 2 and self._np.ndim(kwargs[self.wrt]) == 1:
+                return self._np.reshape(out, -1)  # given as a 1-D array, returned as one
             out = self._np.reshape(out, self._concrete_out(kwargs))
         return out
+
+    wrt = None  # the variable whose gradient this returns (its shape as given is kept)
 
     def _concrete_out(self, kwargs):
         np = self._np
         sizes = {}
         for name, shape in self.user_shapes.items():
-            for d, s in zip(shape, np.shape(kwargs[name])):
+            given = np.shape(kwargs[name])
+            if len(given) < len(shape):  # a 1-D array for a row or column: skip the 1
+                given = tuple(1 if d == 1 else given[0] for d in shape)
+            for d, s in zip(shape, given):
                 sizes.setdefault(d, s)
         return tuple(d if isinstance(d, int) else sizes[d] for d in self._out_shape)
 
@@ -142,6 +159,7 @@ class Derivation:
         self.rules = rules
         self.user_shapes = typed.user_shapes
         self.symbols = typed.symbols
+        self._source_expr = typed.expr  # as written (before stabilize: log(det(X)) needs det > 0)
         self.shape = typed.user_shapes[wrt]
         self._user_names = user_names   # node -> name, from definitions=
         self._dims = dim_sources(typed.symbols)  # dimension -> (symbol, axis), for size(x, 0)
@@ -167,11 +185,20 @@ class Derivation:
         t = self._text(self.lam, self._prim_names())
         return t if len(t) <= 200 else t[:150] + " … " + t[-40:]
 
+    syntax = "matcalc"  # the language of the question; results print in it
+
+    def _print(self, e, names=None, step=False) -> str:
+        if self.syntax == "matlab":
+            from .matlab import to_matlab
+
+            return to_matlab(e, names, colon=step)
+        return self._text(e, names)
+
     # ---- the answer
     @cached_property
     def text(self) -> str:
         """G in matcalc syntax (using the names of ``definitions=``, if any)."""
-        return self._text(self.gradient, self._user_names)
+        return self._print(self.gradient, self._user_names)
 
     @cached_property
     def latex(self) -> str:
@@ -186,12 +213,12 @@ class Derivation:
     @property
     def definitions(self) -> dict:
         """The named quantities the short form and the steps use: name -> text."""
-        return dict(self._definitions(self._text))
+        return dict(self._definitions(self._print))
 
     @cached_property
     def short_text(self) -> str:
         """G written with the short names of ``definitions`` (z, p, h, …)."""
-        return self._text(self.gradient, self._names)
+        return self._print(self.gradient, self._names)
 
     @cached_property
     def short_latex(self) -> str:
@@ -208,7 +235,7 @@ class Derivation:
 
         GT = s_T(self.gradient)
         shape = self.shape[::-1] if len(self.shape) == 2 else ((1,) + self.shape if self.shape else ())
-        return self._text(GT, self._user_names), shape
+        return self._print(GT, self._user_names), shape
 
     @property
     def shape_reason(self) -> str:
@@ -235,17 +262,28 @@ class Derivation:
     def derivation_lines(self) -> list[str]:
         """The derivation as a student writes it, one line per step."""
         names = self._names
-        lines = [f"λ = {self._text(self.lam, self._prim_names())}"]
+        lines = [f"λ = {self._print(self.lam, self._prim_names())}"]
         if self.definitions:
             lines.append("where " + ", ".join(f"{k} = {v}" for k, v in self.definitions.items()))
         for i, st in enumerate(self.steps):
             prefix = "dλ = " if i == 0 else "   = "
-            lines.append(f"{prefix}{self._text(st.after, self._step_names(st))}    [{st.identity}]")
+            lines.append(f"{prefix}{self._print(st.after, self._step_names(st), True)}    [{st.identity}]")
         if not self.steps:
             lines.append("dλ = 0    [λ does not change with " + self.wrt + "]")
         lines.append(f"∂λ/∂{self.wrt} = {self.short_text}")
         lines.append(f"shape {self.shape_text}: {self.shape_reason}")
+        if self.symmetric_note:
+            lines.append(self.symmetric_note)
         return lines
+
+    symmetric = ()  # the symbols declared symmetric (symmetric=[...])
+
+    @property
+    def symmetric_note(self) -> str:
+        """What a symmetric wrt means for its gradient ('' unless wrt was declared symmetric)."""
+        from .symmetric import NOTE
+
+        return NOTE.format(S=self.wrt) if self.wrt in self.symmetric else ""
 
     def _step_names(self, step):
         """The names a step is printed with: all but those written out by then."""
@@ -276,9 +314,15 @@ class Derivation:
                 + "$$\n\n</details>\n")
 
     # ---- code
+    _subst = None  # {symbol of a defined wrt: its value}: the emitted code takes the leaves
+
+    def _leaves(self, e):
+        return e if not self._subst else substitute(e, self._subst)
+
     @cached_property
     def _params(self):
-        return list(self.user_shapes)
+        """The emitted function's arguments: every symbol (a defined wrt is computed inside)."""
+        return [k for k in self.user_shapes if not (self._subst and k == self.wrt)]
 
     @cached_property
     def numpy_source(self) -> str:
@@ -292,12 +336,26 @@ class Derivation:
 
         fname = "grad_" + sanitize([self.wrt])[self.wrt].strip("_")
         doc = f"∂λ/∂{self.wrt} for λ = {self.lam_text_short}; shape {self.shape_text}."
-        return function_source(fname, [self.gradient], self._params, self.symbols, doc) + (fname,)
+        symbols = {k: v for k, v in self.symbols.items() if k in self._params}
+        return function_source(fname, [self._leaves(self.gradient)], self._params, symbols, doc) + (fname,)
 
     @cached_property
     def function(self) -> GradientFunction:
         src, params, fname = self._grad_source
-        return GradientFunction(self.numpy_source, fname, params, self.user_shapes, self.shape)
+        shapes = {k: self.user_shapes[k] for k in self._params}
+        f = GradientFunction(self.numpy_source, fname, params, shapes, self.shape)
+        f.wrt = self.wrt if self.wrt in shapes else None
+        return f
+
+    @cached_property
+    def _check_function(self) -> GradientFunction:
+        """The gradient as a function of every symbol, a defined wrt included (for the check)."""
+        if not self._subst:
+            return self.function
+        from .codegen import function_source, module_source
+
+        src, params = function_source("grad", [self.gradient], list(self.user_shapes), self.symbols, "G")
+        return GradientFunction(module_source([src]), "grad", params, self.user_shapes, self.shape)
 
     def source(self, backend: str = "numpy") -> str:
         """The gradient as a standalone module for ``backend``: ``"numpy"`` (the default,
@@ -339,10 +397,10 @@ class Derivation:
 
     @cached_property
     def value_function(self) -> GradientFunction:
-        """λ itself as a NumPy function (used by the check)."""
+        """λ itself as a NumPy function (used by the check); a defined wrt is an argument."""
         from .codegen import function_source, module_source
 
-        src, params = function_source("value", [simplify(self.lam)], self._params, self.symbols, "λ")
+        src, params = function_source("value", [simplify(self.lam)], list(self.user_shapes), self.symbols, "λ")
         return GradientFunction(module_source([src]), "value", params, self.user_shapes)
 
     def check(self, seed: int = 0, tol: float = 1e-5, draws: int = 2, domain: dict | None = None,
@@ -355,7 +413,10 @@ class Derivation:
             return exact_check(self, seed=seed, sizes=sizes, domain=domain)
         import numpy as np
 
-        from .check import CheckReport, choose_sizes, finite_difference_check, infer_domains, random_inputs
+        from .check import (CheckReport, check_domains, choose_sizes, finite_difference_check, infer_domains,
+                            random_inputs)
+
+        domain = check_domains(domain, self.symbols)
 
         dims = []
         for shape in self.user_shapes.values():
@@ -364,14 +425,22 @@ class Derivation:
                     if isinstance(f, str) and f not in dims:
                         dims.append(f)
         sizes = choose_sizes(dims, sizes)
-        domains = infer_domains(self.lam, self.symbols)
+        domains = infer_domains(ir.add(self.lam, self._source_expr), self.symbols)
+        for name in self.symmetric:  # a symmetric matrix is drawn symmetric (SPD where it must be)
+            domains[name] = "spd" if domains.get(name) in ("invertible", "invertible_signed", "positive") \
+                else "symmetric"
         domains.update(domain or {})
+        # λ that only needs X invertible: det X < 0 on every other draw (det > 0 on the others)
+        signed = [k for k, v in domains.items() if v == "invertible_signed" and k not in (domain or {})]
         rng = np.random.default_rng(seed)
         worst, total, note, used, zero_draws = 0.0, 0, "", 0, 0
         for attempt in range(draws + 14):
             if used >= draws:
                 break
-            inputs = random_inputs(self.user_shapes, domains, sizes, rng)
+            this = dict(domains, **{k: "invertible" for k in signed}) if used % 2 == 0 else domains
+            inputs = random_inputs(self.user_shapes, this, sizes, rng)
+            for name in self.symmetric:
+                inputs[name] = (inputs[name] + inputs[name].T) / 2
             with np.errstate(all="ignore"):
                 value = self.value_function(**inputs)
             if not np.all(np.isfinite(value)):
@@ -382,7 +451,8 @@ class Derivation:
                         domains[name] = "spd" if len(s) == 2 and s[0] == s[1] else "positive"
                 continue
             with np.errstate(all="ignore"):
-                err, n, msg = finite_difference_check(self.value_function, self.function, inputs, self.wrt, rng)
+                err, n, msg = finite_difference_check(self.value_function, self._check_function, inputs,
+                                                      self.wrt, rng, symmetric=self.wrt in self.symmetric)
             if msg == "zero" and zero_draws < 8:  # all zero here (every relu off?): draw again
                 zero_draws += 1
                 continue
@@ -398,13 +468,16 @@ class Derivation:
     def to_dict(self, check=None) -> dict:
         out = {"wrt": self.wrt, "expr": self.expr, "gradient": self.text, "latex": self.latex,
                "shape": list(self.shape), "shape_text": self.shape_text,
-               "steps": [{"before": self._text(s.before, self._step_names(s)),
-                          "after": self._text(s.after, self._step_names(s)), "identity": s.identity}
+               "steps": [{"before": self._print(s.before, self._step_names(s), True),
+                          "after": self._print(s.after, self._step_names(s), True), "identity": s.identity}
                          for s in self.steps],
                "numpy_source": self.numpy_source, "short_gradient": self.short_text,
                "definitions": self.definitions, "shape_reason": self.shape_reason,
                "numerator_layout": {"gradient": self.layout("numerator")[0],
                                     "shape": list(self.layout("numerator")[1])}}
+        if self.symmetric:
+            out["symmetric"] = list(self.symmetric)
+            out["symmetric_note"] = self.symmetric_note
         if check is not None:
             out["check"] = check.to_dict()
         return out
@@ -428,7 +501,7 @@ def shape_tex(shape) -> str:
 
 
 def derive(expr: str, wrt, shapes: dict | None = None, definitions: dict | None = None,
-           where: dict | None = None):
+           where: dict | None = None, *, syntax: str = "matcalc", symmetric=None, form=None):
     """Differentiate the scalar ``expr`` with respect to ``wrt`` (a name or a list of names).
 
     ``expr`` may also be a SymPy expression built from MatrixSymbols (an n×1 one is a
@@ -437,6 +510,9 @@ def derive(expr: str, wrt, shapes: dict | None = None, definitions: dict | None 
     ``shapes`` declares shapes (``{"W": ("a", "b"), "alpha": ()}``); ``definitions`` (or
     ``where``) names intermediate quantities (``{"l": "W@x+c", "p": "exp(l)"}``), which
     ``expr`` may use and which the result and the steps are written with.
+    ``syntax="matlab"`` reads ``expr`` (and the definitions) in matrixcalculus.org's
+    language (``*`` the matrix product, ``.*`` entrywise, ``'`` transpose) and prints the
+    results in it.
     Returns a Derivation, or a dict name -> Derivation when ``wrt`` is a list."""
     if definitions is not None and where is not None:
         raise DeriveError("give definitions= or where=, not both")
@@ -446,40 +522,68 @@ def derive(expr: str, wrt, shapes: dict | None = None, definitions: dict | None 
         from .sympy_bridge import from_sympy
 
         expr, wrt, shapes = from_sympy(expr, wrt, shapes)
+
+    if symmetric is None:
+        symmetric = ()
+    elif isinstance(symmetric, str):
+        symmetric = (symmetric,)
+    if not all(isinstance(n, str) for n in symmetric):
+        raise DeriveError(f"symmetric must be a list of symbol names, got {symmetric!r}")
+    symmetric = tuple(symmetric)
+    if form not in (None, "diag"):
+        raise DeriveError(f"form must be None or 'diag', not {form!r}")
+    options = {"syntax": syntax, "symmetric": symmetric, "form": form}
     if isinstance(wrt, (list, tuple)):
         if not wrt:
             raise DeriveError("wrt is empty: name at least one symbol")
-        typed = _typed(expr, shapes, definitions)
-        return {w: _derive_one(expr, typed, w) for w in wrt}
-    return _derive_one(expr, _typed(expr, shapes, definitions), wrt)
+        typed = _typed(expr, shapes, definitions, syntax, symmetric)
+        return {w: _derive_one(expr, typed, w, **options) for w in wrt}
+    return _derive_one(expr, _typed(expr, shapes, definitions, syntax, symmetric), wrt, **options)
 
 
-def _typed_any(expr, shapes, definitions=None):
+def _typed_any(expr, shapes, definitions=None, syntax="matcalc", symmetric=()):
     """The typed IR of an expression of any shape."""
     if definitions is not None and not isinstance(definitions, dict):
         raise DeriveError("definitions must be a dict name -> expression text")
     if not isinstance(expr, str):
         raise DeriveError(f"the expression must be text, got {type(expr).__name__}")
-    return typecheck(parse(expr), expr, shapes, definitions)
-
-
-def _typed(expr, shapes, definitions=None):
-    typed = _typed_any(expr, shapes, definitions)
-    if typed.expr.shape != ir.SCALAR:
-        raise ShapeError(f"λ must be a scalar, but the expression is {ir.describe(typed.expr.shape)} "
-                         "(sum(...) or G:(...) make a scalar)", expr, 0, len(expr.rstrip()))
+    ast = parse(expr, syntax=syntax)
+    typed = typecheck(ast, expr, shapes, definitions, syntax=syntax, symmetric=symmetric)
+    for note in typed.notes or ():
+        warnings.warn(note, stacklevel=4)
     return typed
 
 
-def _derive_one(expr, typed, wrt) -> Derivation:
+def _typed(expr, shapes, definitions=None, syntax="matcalc", symmetric=()):
+    typed = _typed_any(expr, shapes, definitions, syntax, symmetric)
+    if typed.expr.shape != ir.SCALAR:
+        scalar = "sum(...) or G:(...) make a scalar" if syntax == "matcalc" else \
+            "sum(...), x'*y or tr(...) make a scalar"
+        raise ShapeError(f"λ must be a scalar, but the expression is {ir.describe(typed.expr.shape)} "
+                         f"({scalar})", expr, 0, len(expr.rstrip()))
+    return typed
+
+
+def _derive_one(expr, typed, wrt, syntax="matcalc", symmetric=(), form=None) -> Derivation:
     if not isinstance(wrt, str):
         raise DeriveError(f"wrt must be a symbol name, got {wrt!r}")
+    subst = None
+    if wrt in (typed.definitions or {}) and wrt not in typed.symbols:
+        typed, subst = _intermediate(typed, wrt)
+    if wrt in typed.symbols and not any(s.attr == wrt for s in ir.symbols(typed.expr)):
+        users = [k for k, v in (typed.definitions or {}).items() if any(s.attr == wrt for s in ir.symbols(v))]
+        raise DeriveError(f"{wrt} occurs only in the definition of {', '.join(users)}, which the expression "
+                          f"does not use: ∂λ/∂{wrt} would be 0", expr, 0, len(expr.rstrip()))
     if wrt not in typed.symbols:
         names = list(typed.symbols)
         close = [n for n in names if n.lower() == wrt.lower()] or difflib.get_close_matches(wrt, names, n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""
         raise DeriveError(f"{wrt!r} does not occur in the expression{hint}; its symbols are "
                           + ", ".join(names))
+    if symmetric:
+        from .symmetric import use_symmetry
+
+        typed = _use_symmetry(typed, symmetric)
     primal = stabilize(typed.expr)
     user_names = {node: name for name, node in (typed.definitions or {}).items()}
     dlam, rules, dmemo = differential(primal, wrt)
@@ -496,7 +600,77 @@ def _derive_one(expr, typed, wrt) -> Derivation:
         d_of = ir.differential_of(primal)
         steps.insert(0, Step(d_of, dlam, "differential: " + "; ".join(rules), frozenset(),
                              "\\text{differential}"))
-    return Derivation(expr, typed, primal, wrt, G, steps, rules, user_names, names)
+    if symmetric:
+        from .adjoint import term
+        from .symmetric import symmetrize
+
+        G0, G = G, (symmetrize(G, symmetric) if wrt in symmetric else use_symmetry(G, symmetric))
+        if G is not G0 and wrt in symmetric:
+            hidden = steps[-1].expanded if steps else frozenset()
+            steps.append(Step(term(G0, dW), term(G, dW), f"d{wrt} symmetric: G:d{wrt} = sym(G):d{wrt}, "
+                              "sym(G) = (G + Gᵀ)/2", hidden,
+                              f"\\text{{d{wrt} symmetric: }} G:\\mathrm{{d}}{wrt} = \\tfrac12(G + G^{{\\top}}):"
+                              f"\\mathrm{{d}}{wrt}"))
+    if form == "diag" or any(node.op == "Diag" for node in user_names):
+        from .adjoint import term
+        from .diagform import IDENTITY, IDENTITY_LATEX, diag_form, diag_name
+
+        G0 = G
+        G, made = diag_form(G, names, everywhere=form == "diag")
+        if G is not G0:
+            taken = set(typed.symbols) | set(names.values())
+            shown = []
+            for D in made:
+                if D not in names:
+                    names[D] = diag_name(D, names, taken)
+                    taken.add(names[D])
+                shown.append(f"{names[D]} = Diag({_to_text(D.args[0], names, dim_sources(typed.symbols))})")
+            hidden = steps[-1].expanded if steps else frozenset()
+            steps.append(Step(term(G0, dW), term(G, dW), f"{IDENTITY}: {', '.join(shown)}", hidden,
+                              IDENTITY_LATEX))
+    d = Derivation(expr, typed, primal, wrt, G, steps, rules, user_names, names)
+    d.syntax = syntax
+    d._subst = subst
+    d.symmetric = tuple(symmetric)
+    return d
+
+
+def _use_symmetry(typed, symmetric):
+    from dataclasses import replace
+
+    from .symmetric import use_symmetry
+
+    defs = {k: use_symmetry(v, symmetric) for k, v in (typed.definitions or {}).items()}
+    return replace(typed, expr=use_symmetry(typed.expr, symmetric), definitions=defs)
+
+
+def substitute(root: ir.Expr, mapping: dict) -> ir.Expr:
+    """``root`` with every node that is a key of ``mapping`` replaced by its value."""
+    out: dict = {}
+    for n in ir.walk(root):
+        if n in mapping:
+            out[n] = mapping[n]
+        elif n.args:
+            args = tuple(out[a] for a in n.args)
+            out[n] = n if all(a is b for a, b in zip(args, n.args)) else ir.Expr(n.op, args, n.attr, n.shape)
+        else:
+            out[n] = n
+    return out[root]
+
+
+def _intermediate(typed, name):
+    """∂λ/∂y for a defined y (``definitions={"y": "W@x+b"}``): y becomes a symbol of its shape,
+    its inputs held fixed (dL/dy, as backprop asks).  Returns the retyped expression and
+    {y's symbol: its value}, which the emitted code substitutes so it takes the leaves."""
+    from dataclasses import replace
+
+    value = typed.definitions[name]
+    r, c = value.shape
+    y = ir.sym(name, value.shape)
+    user = () if value.shape == ir.SCALAR else ((r,) if c == 1 else (r, c))
+    definitions = {k: substitute(v, {value: y}) if k != name else v for k, v in typed.definitions.items()}
+    return replace(typed, expr=substitute(typed.expr, {value: y}), symbols={**typed.symbols, name: y},
+                   user_shapes={**typed.user_shapes, name: user}, definitions=definitions), {y: value}
 
 
 
@@ -510,10 +684,11 @@ class ValueAndGrad:
 
         self.derivations = derivations
         first = next(iter(derivations.values()))
-        self.expr, self.lam = first.expr, first.lam
-        self.user_shapes, self.symbols = first.user_shapes, first.symbols
+        self.expr, self.lam = first.expr, first._leaves(first.lam)
+        self.user_shapes = {k: v for k, v in first.user_shapes.items() if k in first._params}
+        self.symbols = {k: v for k, v in first.symbols.items() if k in first._params}
         names = list(derivations)
-        outputs = [simplify(self.lam)] + [d.gradient for d in derivations.values()]
+        outputs = [simplify(self.lam)] + [d._leaves(d.gradient) for d in derivations.values()]
 
         def returns(results):
             grads = ", ".join(f"{n!r}: {r}" for n, r in zip(names, results[1:]))
@@ -557,10 +732,11 @@ class ValueAndGrad:
 
 
 def value_and_grad(expr: str, wrt, shapes: dict | None = None, definitions: dict | None = None,
-                   where: dict | None = None) -> ValueAndGrad:
-    """One NumPy function returning λ and ∂λ/∂w for every w in ``wrt`` (a name or a list)."""
+                   where: dict | None = None, **options) -> ValueAndGrad:
+    """One NumPy function returning λ and ∂λ/∂w for every w in ``wrt`` (a name or a list);
+    ``options`` are derive()'s keywords (``syntax=``, …)."""
     ds = derive(expr, wrt=list(wrt) if isinstance(wrt, (list, tuple)) else [wrt], shapes=shapes,
-                definitions=definitions, where=where)
+                definitions=definitions, where=where, **options)
     return ValueAndGrad(ds)
 
 

@@ -11,7 +11,8 @@ import numpy as np
 from . import ir
 from .ops import REGISTRY
 
-DOMAINS = ("normal", "positive", "spd", "invertible", "unit_simplex", "onehot", "small")
+DOMAINS = ("normal", "positive", "spd", "invertible", "invertible_signed", "unit_simplex", "onehot",
+           "symmetric", "small")
 _LARGE = {"n", "m", "k", "p", "N", "M", "K", "P", "T"}
 
 
@@ -93,9 +94,36 @@ def infer_domains(expr: ir.Expr, symbols: dict) -> dict:
     out = {}
     for name, s in symbols.items():
         square = s.shape[0] == s.shape[1] and s.shape != ir.SCALAR
-        out[name] = "spd" if (name in spd and square) else ("positive" if name in positive or name in spd
-                                                           else "small" if name in small else "normal")
+        # a square matrix that inv/det/logdet need invertible: well-conditioned and NOT symmetric,
+        # so that X⁻ᵀ ≠ X⁻¹ and a dropped transpose fails; with det < 0 on every other draw where
+        # λ only needs it invertible (logdet is log|det|), never under log(det(·)) or sqrt
+        if name in spd and square:
+            out[name] = "invertible" if name in positive else "invertible_signed"
+        else:
+            out[name] = ("positive" if name in positive or name in spd
+                         else "small" if name in small else "normal")
     return out
+
+
+def check_domains(domain, symbols) -> dict:
+    """A user's domain= mapping, validated: known symbols and known domain names only."""
+    from .errors import DeriveError
+
+    if domain is None:
+        return {}
+    if not isinstance(domain, dict):
+        raise DeriveError(f"domain must be a dict name -> domain, got {type(domain).__name__}")
+    for name, dom in domain.items():
+        if name not in symbols:
+            raise DeriveError(f"domain= names {name!r}, which is not a symbol of the expression; its "
+                              f"symbols are {', '.join(symbols)}")
+        if dom not in DOMAINS:
+            raise DeriveError(f"unknown domain {dom!r} for {name}; the domains are {', '.join(DOMAINS)}")
+        shape = symbols[name].shape
+        if dom in ("spd", "invertible", "invertible_signed", "symmetric") and \
+                (shape[0] != shape[1] or shape == ir.SCALAR):
+            raise DeriveError(f"domain {dom!r} needs a square matrix, but {name} is {ir.describe(shape)}")
+    return dict(domain)
 
 
 def draw(shape_np: tuple, domain: str, rng) -> np.ndarray | float:
@@ -103,9 +131,15 @@ def draw(shape_np: tuple, domain: str, rng) -> np.ndarray | float:
         n = shape_np[0]
         R = rng.standard_normal((n, n))
         v = R @ R.T / n + np.eye(n)
-    elif domain == "invertible":
+    elif domain in ("invertible", "invertible_signed"):
+        # eigenvalues within about 1 of 2: well-conditioned, det > 0, and not symmetric
         n = shape_np[0]
         v = 2 * np.eye(n) + rng.standard_normal((n, n)) / np.sqrt(n)
+        if domain == "invertible_signed":
+            v[0] = -v[0]  # det < 0
+    elif domain == "symmetric":
+        R = rng.standard_normal(shape_np)
+        v = (R + R.T) / 2
     elif domain == "positive":
         v = rng.uniform(0.2, 2.0, size=shape_np)
     elif domain == "small":  # arguments of arcsin, arccos, tan: well inside (-1, 1)
@@ -139,13 +173,17 @@ def random_inputs(user_shapes: dict, domains: dict, sizes: dict, rng) -> dict:
 
 
 def finite_difference_check(f, grad, inputs: dict, wrt: str, rng, h: float = 1e-6,
-                            max_entries: int = 40, directions: int = 3):
-    """(max relative error, number of comparisons) of grad against central differences of f."""
+                            max_entries: int = 40, directions: int = 3, symmetric: bool = False):
+    """(max relative error, number of comparisons) of grad against central differences of f.
+    ``symmetric``: wrt is a symmetric matrix, perturbed only along symmetric directions
+    (Eᵢⱼ + Eⱼᵢ), where λ's change is G:dS."""
     x0 = inputs[wrt]
     G = np.asarray(grad(**inputs), dtype=float)
     base = np.asarray(x0, dtype=float)
     if G.shape != base.shape:
         return float("inf"), 0, f"the gradient has shape {G.shape}, {wrt} has {base.shape}"
+    if symmetric:
+        return _symmetric_fd(f, G, inputs, wrt, base, rng, h, max_entries, directions)
 
     def at(x):
         args = dict(inputs)
@@ -179,3 +217,35 @@ def finite_difference_check(f, grad, inputs: dict, wrt: str, rng, h: float = 1e-
     # central differences carry rounding noise of about eps·|λ|/h: no finer error is measurable
     scale = max(scale, 1e-4 * max(1.0, abs(at(base))))
     return float(np.max(np.abs(fd - an)) / scale), len(fd), ""
+
+
+def _symmetric_fd(f, G, inputs, wrt, base, rng, h, max_entries, directions):
+    n = base.shape[0]
+
+    def at(x):
+        return float(f(**dict(inputs, **{wrt: x})))
+
+    pairs = [(i, j) for i in range(n) for j in range(i, n)]
+    if len(pairs) > max_entries:
+        pairs = [pairs[k] for k in rng.choice(len(pairs), max_entries, replace=False)]
+    dirs = []
+    for i, j in pairs:
+        E = np.zeros((n, n))
+        E[i, j] = E[j, i] = 1.0
+        dirs.append(E)
+    for _ in range(directions):
+        V = rng.standard_normal((n, n))
+        V = (V + V.T) / 2
+        dirs.append(V / np.linalg.norm(V))
+    step = h * max(1.0, float(np.max(np.abs(base))))
+    fd = np.array([(at(base + step * V) - at(base - step * V)) / (2 * step) for V in dirs])
+    an = np.array([float(np.sum(G * V)) for V in dirs])
+    if not (np.all(np.isfinite(fd)) and np.all(np.isfinite(an))):
+        return float("inf"), len(fd), "non-finite values"
+    scale = max(float(np.max(np.abs(fd))), float(np.max(np.abs(an))), float(np.max(np.abs(G))))
+    if scale < 1e-12:
+        return 0.0, len(fd), "zero"
+    scale = max(scale, 1e-4 * max(1.0, abs(at(base))))
+    # G:V only sees G's symmetric part: the gradient must also be symmetric itself
+    err = max(float(np.max(np.abs(fd - an))), float(np.max(np.abs(G - G.T))))
+    return err / scale, len(fd), ""

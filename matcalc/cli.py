@@ -36,6 +36,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="declare a shape: W=a,b  x=b  alpha=scalar  (ints allowed: W=n,3)")
     d.add_argument("--let", action="append", default=[], metavar="NAME=EXPR", dest="let",
                    help="name an intermediate quantity, e.g. --let l=W@x+c --let p=exp(l)")
+    d.add_argument("--syntax", choices=["matcalc", "matlab"], default="matcalc",
+                   help="the language of EXPR and --let: matcalc (default: * entrywise, @ the matrix "
+                        "product) or matlab (matrixcalculus.org: * the matrix product, .* entrywise, ' "
+                        "transpose); results print in it")
+    d.add_argument("--sym", action="append", default=[], metavar="NAME",
+                   help="NAME is a symmetric matrix: its gradient is sym(G) = (G + Gᵀ)/2 (repeat for several)")
+    d.add_argument("--at", action="append", default=[], metavar="NAME=VALUE",
+                   help="evaluate the gradient at numbers: a number or a nested list per symbol, "
+                        "e.g. --at x=[1,2] --at W=[[1,0],[0,1]] --at alpha=0.5")
+    d.add_argument("--form", choices=["diag"], default=None,
+                   help="diag: write h∘v as Hv with H = Diag(h) named, as papers do")
     d.add_argument("--layout", choices=["denominator", "numerator"], default="denominator",
                    help="denominator (default): ∂λ/∂W has W's shape; numerator: its transpose")
     d.add_argument("--steps", action="store_true", help="print the derivation step by step")
@@ -91,8 +102,83 @@ def parse_lets(items) -> dict:
     return out
 
 
+def _protect_leading_minus(argv):
+    """An expression that starts with '-' (``-t.T@log(softmax(z))``) is the expression, not an
+    option: argparse would take it for an unknown flag.  Such a token (the first one after the
+    command that is not an option's value) is marked with a leading space, removed after parsing."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] != "derive":
+        return argv, None
+    takes_value = {"--wrt", "--shape", "--let", "--layout", "--syntax", "--sym", "--form", "--at"}
+    i = 1
+    while i < len(argv):
+        tok = argv[i]
+        if tok == "--":
+            return argv, None
+        if tok in takes_value:
+            i += 2
+            continue
+        if tok.startswith("-") and len(tok) > 1 and not tok.startswith("--") and tok != "-h":
+            argv[i] = " " + tok
+            return argv, i
+        if not tok.startswith("-"):
+            return argv, None  # the expression is already a plain positional argument
+        i += 1
+    return argv, None
+
+
+def parse_at(items) -> dict:
+    """--at NAME=VALUE: VALUE is JSON (a number or nested lists of numbers), never evaluated."""
+    from .errors import DeriveError
+
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        if not sep or not name or not value.strip():
+            raise DeriveError(f"--at takes NAME=VALUE (like x=[1,2] or alpha=0.5), got {item!r}")
+        try:
+            v = json.loads(value)
+        except ValueError:
+            raise DeriveError(f"--at {name}: {value.strip()[:60]!r} is not a number or a nested list of "
+                              "numbers (like [[1, 2], [3, 4]])") from None
+        if not _numeric(v):
+            raise DeriveError(f"--at {name}: {value.strip()[:60]!r} is not a number or a nested list of numbers")
+        out[name] = v
+    return out
+
+
+def _numeric(v) -> bool:
+    if isinstance(v, bool):
+        return False
+    if isinstance(v, (int, float)):
+        return True
+    return isinstance(v, list) and bool(v) and all(_numeric(x) for x in v)
+
+
+def evaluate_at(d, values: dict):
+    """The gradient of ``d`` at ``values`` (name -> number or nested list) as an array."""
+    import numpy as np
+
+    from .errors import DeriveError, ShapeError
+
+    params = list(d.function.params)
+    missing = [p for p in params if p not in values]
+    if missing:
+        raise DeriveError(f"--at gives no value for {', '.join(missing)} (the gradient of {d.wrt} needs "
+                          f"{', '.join(params)})")
+    try:
+        with np.errstate(all="ignore"):
+            return np.asarray(d.function(**{k: values[k] for k in params}), dtype=float)
+    except (ShapeError, ValueError) as e:
+        raise ShapeError(f"--at: {getattr(e, 'message', e)}") from None
+
+
 def run(argv=None) -> int:
+    argv, marked = _protect_leading_minus(argv)
     args = build_parser().parse_args(argv)
+    if marked is not None and getattr(args, "expr", None) == argv[marked]:
+        args.expr = args.expr[1:]
     if args.command == "serve":  # the web framework is imported only here
         from .web import serve
 
@@ -105,8 +191,11 @@ def run(argv=None) -> int:
         build_parser().print_help(sys.stderr)
         return EXIT_REFUSED
     from .api import derive, shape_str
-    from .errors import DeriveError as DeriveError_
-    from .errors import MatcalcError
+    from .errors import DeriveError, MatcalcError
+
+    import warnings
+
+    from .errors import NotationWarning
 
     try:
         if args.backend != "numpy":
@@ -114,14 +203,30 @@ def run(argv=None) -> int:
 
             check_backend(args.backend)
             if not (args.code or args.json):
-                raise DeriveError_("--backend chooses the framework of --code (or of --json's "
+                raise DeriveError("--backend chooses the framework of --code (or of --json's "
                                    "source); add --code")
         shapes = parse_shapes(args.shape)
-        results = derive(args.expr, wrt=list(args.wrt), shapes=shapes,
-                         definitions=parse_lets(args.let) or None)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", NotationWarning)
+            results = derive(args.expr, wrt=list(args.wrt), shapes=shapes,
+                             definitions=parse_lets(args.let) or None, syntax=args.syntax,
+                             symmetric=args.sym or None, form=args.form)
+        at = parse_at(args.at) if args.at else None
+        if at is not None:
+            symbols = set().union(*(d.symbols for d in results.values()))
+            unknown = [k for k in at if k not in symbols]
+            if unknown:
+                raise DeriveError(f"--at names {', '.join(unknown)}, which is not a symbol of the expression; "
+                                  f"its symbols are {', '.join(sorted(symbols))}")
+            values = {w: evaluate_at(d, at) for w, d in results.items()}
     except MatcalcError as e:
         print(f"matcalc: {e}", file=sys.stderr)
         return EXIT_REFUSED
+    for w in caught:
+        if issubclass(w.category, NotationWarning):
+            print(f"matcalc: {w.message}", file=sys.stderr)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     status = EXIT_OK
     out = []
     for w, d in results.items():
@@ -132,7 +237,10 @@ def run(argv=None) -> int:
         if exact is not None and not exact.ok:
             status = EXIT_CHECK_FAILED
         if args.json:
-            out.append(json.dumps(json_object(d, report, exact, args.backend), ensure_ascii=False))
+            obj = json_object(d, report, exact, args.backend)
+            if at is not None:
+                obj["value"] = values[w].tolist()
+            out.append(json.dumps(obj, ensure_ascii=False))
             continue
         if len(results) > 1:
             out.append(f"── {w} ──")
@@ -144,6 +252,8 @@ def run(argv=None) -> int:
                 where = ", ".join(f"{k} = {v}" for k, v in d.definitions.items())
                 out.append(f"{' ' * (len(w) + 4)} = {d.short_text}    where {where}")
             out.append(f"shape: {d.shape_text}; {d.shape_reason}")
+            if d.symmetric_note:
+                out.append(d.symmetric_note)
         if args.layout == "numerator":
             text, shape = d.layout("numerator")
             out.append(f"numerator layout: ∂λ/∂{w} = {text}, shape {shape_str(shape)} "
@@ -152,6 +262,12 @@ def run(argv=None) -> int:
             out.append(f"latex: {d.latex}")
             if args.steps:
                 out.append(d.steps_latex)
+        if at is not None:
+            import numpy as np
+
+            where = ", ".join(f"{k}" for k in d.function.params)
+            out.append(f"at the given {where}: ∂λ/∂{w} =")
+            out.append(np.array2string(values[w], precision=8, max_line_width=100, threshold=10 ** 6))
         if args.code:
             out.append(d.source(args.backend).rstrip())
         if report is not None:

@@ -315,12 +315,12 @@ class Emitter:
     def negated(self, t: Expr):
         """The code of -t if t is a negated term (so a + (-1*b) prints as a - b), else None."""
         if t.op == "const" and t.shape == SCALAR and t.attr < 0:
-            return repr(-t.attr)
+            return num(-t.attr)
         if t.op == "mul" and t.args[0].op == "const" and t.args[0].attr < 0 and t not in self.temps:
             c = -t.args[0].attr
             rest = [self.code[f] for f in t.args[1:]]
             if c != 1.0:
-                rest.insert(0, repr(c))
+                rest.insert(0, num(c))
             return rest[0] if len(rest) == 1 else "(" + " * ".join(rest) + ")"
         return None
 
@@ -354,7 +354,7 @@ class Emitter:
         if op == "sym":
             return self.params[n.attr]
         if op == "const":
-            v = repr(float(n.attr))
+            v = num(float(n.attr))
             if n.shape == SCALAR:
                 return v
             return f"np.full({self.shape_src(n.shape)}, {v})"
@@ -399,7 +399,7 @@ class Emitter:
             x, y = n.args
             if y.op == "const" and x.op == "const":  # c1:d1 = c d (number of entries)
                 dims = [self.dim(d) for d in np_shape(x.shape)]
-                return "(" + " * ".join([repr(float(x.attr * y.attr))] + dims) + ")"
+                return "(" + " * ".join([num(float(x.attr * y.attr))] + dims) + ")"
             if y.op == "const" or x.op == "const":  # A:c1 = c sum(A)
                 c, other = (y.attr, a[0]) if y.op == "const" else (x.attr, a[1])
                 total = self.total(other, x.shape)
@@ -522,11 +522,38 @@ def function_source(fname: str, outputs: list[Expr], param_names: list[str], sym
         ret = returns(results)
     body.append(f"    return {ret}")
     text = "\n".join(body)
+    dims = []
     for dname, pname, axis in em.dims_needed.values():
         if re.search(rf"\b{dname}\b", text):  # (a summed array of ones is never built)
-            head.append(f"    {dname} = {pname}.shape[{axis}]")
+            dims.append(f"    {dname} = {pname}.shape[{axis}]")
+    used = text + "\n".join(dims)
+    head.extend(entry_conversions([p for p in param_names if re.search(rf"\b{params[p]}\b", used)],
+                                  params, syms))
+    head.extend(dims)
     helpers = "".join(HELPERS[h] + "\n\n" for h in sorted(em.helpers))
     return helpers + "\n".join(head + body) + "\n", params
+
+
+def num(v: float) -> str:
+    """A float as Python source; an overflow folded to ±inf is np.inf (inf is no name)."""
+    if v != v:
+        return "np.nan"
+    if v in (float("inf"), float("-inf")):
+        return "np.inf" if v > 0 else "(-np.inf)"
+    return repr(v)
+
+
+def entry_conversions(param_names, params: dict, syms: dict) -> list[str]:
+    """The first lines of an emitted function: every argument as float64, so integer arrays,
+    lists and ints work too (the in-place updates and BLAS calls need floats)."""
+    lines = []
+    for name in param_names:
+        p = params[name]
+        if syms[name].shape == (1, 1):
+            lines.append(f"    {p} = float({p})")
+        else:
+            lines.append(f"    {p} = np.asarray({p}, float)")
+    return lines
 
 
 def module_source(functions: list[str]) -> str:

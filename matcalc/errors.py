@@ -54,5 +54,17 @@ class DeriveError(MatcalcError):
 
 
 class NotationWarning(UserWarning):
-    """Accepted input that probably does not mean what was meant (the Jacobian of a scalar,
-    which is the gradient's transpose, say); the message says what was done instead."""
+    """Accepted input that probably does not mean what was meant: ``A*B`` of two matrices
+    that only type-checks by making their shapes equal (a Hadamard product where ``@``
+    was likely meant), ``W**-1`` of a matrix (entrywise, not the inverse), the Jacobian of a
+    scalar (the gradient's transpose).  ``str(w)`` says what was done instead and, where
+    it can, names the sub-expression with a caret under its column, like a refusal."""
+
+    kind = "note"
+
+    def __init__(self, message: str, source: str | None = None,
+                 start: int | None = None, end: int | None = None):
+        self.message, self.source, self.start, self.end = message, source, start, end
+        super().__init__(MatcalcError.render(self))
+
+    column = MatcalcError.column

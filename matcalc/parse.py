@@ -46,9 +46,15 @@ def _describe_token(tok) -> str:
     return f"'{tok}'" if str(tok) else names.get(tok.type, tok.type)
 
 
-def parse(source: str) -> Node:
-    """Parse an expression; raise ParseError with a caret on failure."""
+def parse(source: str, syntax: str = "matcalc") -> Node:
+    """Parse an expression; raise ParseError with a caret on failure.  ``syntax="matlab"``
+    reads matrixcalculus.org's language (``matcalc.matlab``) into the same syntax tree."""
     import lark
+
+    if syntax not in ("matcalc", "matlab"):
+        from .errors import DeriveError
+
+        raise DeriveError(f"syntax must be 'matcalc' or 'matlab', not {syntax!r}")
 
     if not isinstance(source, str):
         raise ParseError(f"expected the expression as a string, got {type(source).__name__}")
@@ -64,7 +70,12 @@ def parse(source: str) -> Node:
         if depth > MAX_DEPTH:
             raise ParseError(f"parentheses nested more than {MAX_DEPTH} deep", source, i, i + 1)
     try:
-        tree = _parser().parse(source)
+        if syntax == "matlab":
+            from .matlab import parser as matlab_parser
+
+            tree = matlab_parser().parse(source)
+        else:
+            tree = _parser().parse(source)
     except lark.exceptions.UnexpectedCharacters as e:
         ch = source[e.pos_in_stream] if e.pos_in_stream < len(source) else ""
         hint = ""
@@ -72,6 +83,8 @@ def parse(source: str) -> Node:
             hint = " (use parentheses for grouping)"
         elif ch == "=":
             hint = " (matcalc takes an expression, not an equation)"
+        elif ch == ".":
+            hint = _dot_hint(source, e.pos_in_stream)
         raise ParseError(f"unexpected character {ch!r}{hint}", source, e.pos_in_stream,
                          e.pos_in_stream + 1) from None
     except lark.exceptions.UnexpectedToken as e:
@@ -90,7 +103,7 @@ def parse(source: str) -> Node:
     except lark.exceptions.UnexpectedInput as e:  # pragma: no cover - other lark failures
         pos = getattr(e, "pos_in_stream", 0) or 0
         raise ParseError("could not parse the expression", source, pos, pos + 1) from None
-    ast = _convert(tree, source)
+    ast = _convert(tree, source, syntax)
     _check_depth(ast, source)
     return ast
 
@@ -118,9 +131,16 @@ def _span(items):
     return min(starts), max(ends)
 
 
-def _convert(tree, source: str) -> Node:
+def _convert(tree, source: str, syntax: str = "matcalc") -> Node:
     """Post-order conversion with an explicit stack (no recursion on deep input)."""
     import lark
+
+    build = _build
+    if syntax == "matlab":
+        from .matlab import build as matlab_build
+
+        def build(kind, kids, source):
+            return matlab_build(kind, kids, source) or _build(kind, kids, source)
 
     out: dict[int, Node] = {}
     stack = [(tree, False)]
@@ -133,7 +153,7 @@ def _convert(tree, source: str) -> Node:
                     stack.append((c, False))
             continue
         kids = [out.pop(id(c)) if isinstance(c, lark.Tree) else c for c in t.children]
-        out[id(t)] = _build(t.data, kids, source)
+        out[id(t)] = build(t.data, kids, source)
     return out[id(tree)]
 
 
@@ -178,3 +198,25 @@ def _build(kind: str, kids: list, source: str) -> Node:
 
 def _parenthesised(node: Node, source: str) -> bool:
     return source[node.start] == "(" and source[node.end - 1] == ")"
+
+
+_DOT_OPS = {"*": "MATLAB's entrywise product: in matcalc, * is already entrywise (@ is the matrix product)",
+            "/": "MATLAB's entrywise division: in matcalc write /",
+            "^": "MATLAB's entrywise power: in matcalc write ** (or ^)"}
+_MODULES = ("np", "numpy", "jnp", "torch", "math", "tf", "sp", "scipy", "F")
+
+
+def _dot_hint(source: str, pos: int) -> str:
+    """A hint for a '.' that matcalc does not read: MATLAB's .* ./ .^ or a module prefix np.exp."""
+    nxt = source[pos + 1:pos + 2]
+    if nxt in _DOT_OPS:
+        return f" (.{nxt} is {_DOT_OPS[nxt]}; whole questions in MATLAB syntax are read with --syntax matlab)"
+    j = pos
+    while j > 0 and (source[j - 1].isalnum() or source[j - 1] == "_"):
+        j -= 1
+    if source[j:pos] in _MODULES:
+        k = pos + 1
+        while k < len(source) and (source[k].isalnum() or source[k] == "_"):
+            k += 1
+        return f" (write {source[pos + 1:k] or 'the function'}(...) without the {source[j:pos]}. prefix)"
+    return ""

@@ -68,6 +68,8 @@ class TextPrinter:
         for i, t in enumerate(e.args):
             negative, pos = _neg_split(t)
             s = self.wrap(pos, ADD, strict=True)
+            if i == 0 and negative and _ones_first(pos) and not s.startswith("("):
+                s = f"({s})"
             parts.append(s if i == 0 and not negative else (("-" if i == 0 else " - ") + s if negative else " + " + s))
         return "".join(parts)
 
@@ -100,12 +102,15 @@ class TextPrinter:
                 scalars_before = all(g.shape == SCALAR for g in fs[:i])
                 if i == 0 and not (f.op == "matmul" and len(fs) > 1):
                     out.append(self.wrap(f, PROD))
-                elif f.op in ("matmul", "div") and scalars_before and i == len(fs) - 1:
+                elif f.op in ("matmul", "div") and scalars_before and i == len(fs) - 1 \
+                        and not _ones_first(f):  # 0.1*(1.T@A): a bare 1.T takes its size from @
                     out.append(self.wrap(f, PROD))
                 else:
                     out.append(self.wrap(f, PROD, strict=True))
             s = "*".join(out)
             if negative:
+                if len(fs) == 1 and _ones_first(fs[0]):
+                    s = f"({s})"  # -(1.T@A): a bare -1.T would scale before @ gives it a size
                 return "-" + s, (NEG if len(fs) == 1 else PROD)
             return s, PROD
         if op == "matmul":
@@ -116,7 +121,8 @@ class TextPrinter:
         if op == "div":
             return f"{self.wrap(e.args[0], PROD)}/{self.wrap(e.args[1], PROD, strict=True)}", PROD
         if op == "frob":
-            return f"{self.wrap(e.args[0], FROB)}:{self.wrap(e.args[1], FROB, strict=True)}", FROB
+            a = _ones_side(e.args[0], self, "*1")
+            return f"{a or self.wrap(e.args[0], FROB)}:{self.wrap(e.args[1], FROB, strict=True)}", FROB
         if op == "pow":
             k = e.args[1]
             ks = fmt_number(k.attr) if k.op == "const" else self.wrap(k, ATOM)
@@ -139,6 +145,23 @@ class TextPrinter:
             name, axis = self.dims[d]
             return f"size({name}, {axis})"
         return f"size({d})"
+
+
+def _ones_first(e: Expr) -> bool:
+    """Whether a product chain starts with an all-ones array (1.T@A)."""
+    while e.op == "matmul":
+        e = e.args[0]
+    return e.op == "const" and e.shape != SCALAR
+
+
+def _ones_side(e: Expr, printer, ones: str):
+    """c 1 for an array of c's on the left of ':' (½1:dp, not ½:dp, which reads as a scalar)."""
+    if e.op == "const" and e.shape != SCALAR and e.attr not in (1.0, 0.0) and e not in printer.names:
+        c, _ = printer.p(ir.const(e.attr))
+        if e.shape[0] == 1:
+            ones += ".T" if "mathbf" not in ones else "^{\\top}"
+        return c + ones
+    return None
 
 
 def dim_sources(symbols: dict) -> dict:
@@ -211,7 +234,7 @@ class LatexPrinter(TextPrinter):
         if op == "delta":
             return "\\mathrm{d}" + tex_name(e.attr), ATOM
         if op == "const":
-            s = fmt_number(abs(e.attr))
+            s = fmt_number(abs(e.attr)) if abs(e.attr) != 0.5 else "\\tfrac{1}{2}"  # ½, as on paper
             if e.shape != SCALAR and e.attr == 1.0:
                 s = "\\mathbf{1}^{\\top}" if e.shape[0] == 1 else "\\mathbf{1}"
             return ("-" + s if e.attr < 0 else s), (ATOM if e.attr >= 0 else NEG)
@@ -247,7 +270,8 @@ class LatexPrinter(TextPrinter):
                 return f"\\frac{{{self.p(a)[0]}}}{{{self.p(b)[0]}}}", ATOM
             return f"{self.wrap(a, PROD)} \\oslash {self.wrap(b, PROD, strict=True)}", PROD
         if op == "frob":
-            return f"{self.wrap(e.args[0], FROB)} : {self.wrap(e.args[1], FROB, strict=True)}", FROB
+            a = _ones_side(e.args[0], self, " \\mathbf{1}")
+            return f"{a or self.wrap(e.args[0], FROB)} : {self.wrap(e.args[1], FROB, strict=True)}", FROB
         if op == "pow":
             k = e.args[1]
             ks = fmt_number(k.attr) if k.op == "const" else self.p(k)[0]

@@ -123,9 +123,12 @@ class Typed:
     user_shapes: dict             # name -> () / (n,) / (m, n) in the user's dims
     source: str
     definitions: dict = None      # defined name -> ir.Expr of its value
+    notes: list = None            # NotationWarnings: accepted, but probably not what was meant
 
 
 class _Typer:
+    allow_one = False  # may unification make a dimension 1 (only in A:B, see frob)
+
     def __init__(self, source: str, declared: dict):
         self.source = source
         self.parent: dict = {}
@@ -142,6 +145,9 @@ class _Typer:
         self.attrs: dict = {}         # id(call node) -> its integer parameter (an axis, a power)
         self.pending: list = []       # product dimensions still to be decided
         self.current = None           # the node being typed (for deferred refusals)
+        self.notes: list = []         # NotationWarning: accepted, but probably not what was meant
+        self.noted: dict = {}         # id(ast node) -> its note
+        self.bcast: dict = {}         # id(ast node) -> ("rows", n) | ("cols", m): broadcast operand
 
     # ---- union-find over dimensions
     def fresh(self):
@@ -184,7 +190,7 @@ class _Typer:
         if isinstance(b, Var):
             a, b = b, a
         if isinstance(a, Var):
-            if b == 1:
+            if b == 1 and not self.allow_one:
                 return False  # a symbol's dimension never collapses to 1
             self.parent[a] = b
             return True
@@ -268,6 +274,9 @@ class _Typer:
         raise ShapeError(message, self.source, node.start, node.end)
 
     # ---- typing
+    def kind_of(self, name: str) -> int:
+        return default_kind(name)
+
     def symbol(self, node: Node):
         name = node.value
         if name not in self.sym_shape:
@@ -275,7 +284,7 @@ class _Typer:
                 spec = self.declared[name]
                 kind = len(spec)
             else:
-                kind = default_kind(name)
+                kind = self.kind_of(name)
                 spec = tuple(self.fresh() for _ in range(kind))
             shape = {0: (1, 1), 1: (spec[0], 1) if spec else None, 2: tuple(spec)}[kind]
             self.sym_shape[name] = shape
@@ -334,6 +343,8 @@ class _Typer:
             if op == "/" and n.children[1].kind == "num" and n.children[1].value == 0.0:
                 raise DeriveError(f"division by zero in {self.text(n)}", self.source,
                                   n.children[1].start, n.children[1].end)
+            if op == "*":
+                return self.hadamard(n, kid)
             return self.broadcast(n, n.children, kid, "multiply" if op == "*" else "divide")
         if k == "frob":
             return self.frob(n, kid)
@@ -342,26 +353,131 @@ class _Typer:
             if base.kind == "num" and base.value == 0.0 and ex.kind == "neg":
                 raise DeriveError(f"division by zero in {self.text(n)}", self.source, n.start, n.end)
             if kid[1] != (1, 1):
+                hint = ""
+                if base.kind == "name" and base.value == "e" and "e" not in self.declared:
+                    hint = f" (for the exponential write exp({self.text(ex)}))"
                 self.fail(n.children[1], f"the exponent {self.text(n.children[1])} must be a scalar, "
-                                         f"it is {self.describe(kid[1])}")
+                                         f"it is {self.describe(kid[1])}{hint}")
+            self.power_notes(n, kid)
             return kid[0]
         if k == "call":
             return self.call(n, kid)
         raise ShapeError(f"unsupported construct {k}", self.source, n.start, n.end)  # pragma: no cover
 
+    def note(self, node: Node, message: str):
+        from .errors import NotationWarning
+
+        self.notes.append(NotationWarning(message, self.source, node.start, node.end))
+
+    def is_matrix(self, shape):
+        return self.find(shape[0]) != 1 and self.find(shape[1]) != 1
+
+    def _could_matmul(self, sa, sb):
+        """Whether a@b would type-check as well (without unifying anything)."""
+        ca, rb = self.find(sa[1]), self.find(sb[0])
+        if ca == rb:
+            return True
+        if isinstance(ca, Var) and isinstance(rb, Var):
+            return True
+        return (isinstance(ca, Var) and rb != 1) or (isinstance(rb, Var) and ca != 1)
+
+    def hadamard(self, n, kid):
+        """a * b: entry by entry.  Where the two are a matrix and a matrix (or vector) whose
+        shapes only agree because this product makes them agree, and a@b would type-check
+        too, the product is probably meant as a matrix product: say so (or, refused, hint)."""
+        (a, b), (sa, sb) = n.children, kid
+        spelled = self.source[a.end:b.start].strip()
+        suspicious = (spelled == "*" and not self.is_scalar(sa) and not self.is_scalar(sb)
+                      and (self.is_matrix(sa) or self.is_matrix(sb)) and self._could_matmul(sa, sb))
+        before = dict(self.parent)
+        try:
+            out = self.broadcast(n, n.children, kid, "multiply")
+        except ShapeError as e:
+            if suspicious:
+                raise ShapeError(e.message + " (* is the entrywise product; for a matrix product use @)",
+                                 e.source, e.start, e.end) from None
+            raise
+        if suspicious and self.parent != before:
+            chain = [a, b]
+            if id(a) in self.noted:  # A*B*C: one note for the whole chain
+                prev, operands = self.noted.pop(id(a))
+                self.notes.remove(prev)
+                chain = operands + [b]
+            names = " and ".join([", ".join(self.text(c) for c in chain[:-1]), self.text(chain[-1])])
+            self.note(n, f"{self.text(n)} is an entrywise (Hadamard) product: it only type-checks by "
+                         f"giving {names} the same shape ({self.show(out)}); for a matrix product "
+                         f"write {'@'.join(self.text(c) for c in chain)}")
+            self.noted[id(n)] = (self.notes[-1], chain)
+        return out
+
+    def power_notes(self, n, kid):
+        base, ex = n.children
+        k = -ex.children[0].value if ex.kind == "neg" and ex.children[0].kind == "num" else \
+            (ex.value if ex.kind == "num" else None)
+        if k is not None and k < 0 and self.is_matrix(kid[0]):
+            self.note(n, f"{self.text(n)} raises every entry of {self.text(base)} to the power {k:g}; "
+                         f"for the matrix inverse write inv({self.text(base)})"
+                         + (f"@inv({self.text(base)})" * (int(-k) - 1) if k == int(k) and -k <= 3 else ""))
+        if base.kind == "name" and base.value == "e" and "e" not in self.declared:
+            self.note(n, f"{self.text(n)} is a power of the symbol e; for the exponential write "
+                         f"exp({self.text(ex)})")
+
     def is_scalar(self, shape):
         return self.find(shape[0]) == 1 and self.find(shape[1]) == 1
 
+    def vector_kind(self, shape):
+        """'row' for 1×m, 'col' for n×1, None for a matrix (or a scalar)."""
+        r, c = self.find(shape[0]), self.find(shape[1])
+        if r == 1 and c != 1:
+            return "row"
+        if c == 1 and r != 1:
+            return "col"
+        return None
+
     def broadcast(self, n, children, shapes, verb):
+        """Elementwise operands: equal shapes, a scalar, or (as NumPy does with (1, m) and
+        (n, 1) arrays) a row vector over the rows / a column vector over the columns of a
+        matrix; the vector's length unifies with the matrix's side."""
         arrays = [(c, s) for c, s in zip(children, shapes) if not self.is_scalar(s)]
         if not arrays:
             return (1, 1)
         first_node, first = arrays[0]
+        out = first
         for c, s in arrays[1:]:
-            if not self.unify_all((first[0], s[0]), (first[1], s[1])):
-                self.fail(n, f"cannot {verb} {self.text(first_node)} ({self.show(first)}) and "
-                             f"{self.text(c)} ({self.show(s)}) in {self.text(n)}: the shapes differ")
-        return first
+            if self.unify_all((out[0], s[0]), (out[1], s[1])):
+                continue
+            ko, ks = self.vector_kind(out), self.vector_kind(s)
+            if ko is None and not self.is_scalar(out) and ks is not None:
+                if self.unify(out[1], s[1]) if ks == "row" else self.unify(out[0], s[0]):
+                    continue
+            if ks is None and ko is not None:
+                if self.unify(s[1], out[1]) if ko == "row" else self.unify(s[0], out[0]):
+                    out = s
+                    continue
+            hint = ""
+            if (ko is None) != (ks is None):
+                hint = (" (a 1×m row vector broadcasts over the rows of a matrix with m columns, an "
+                        "n×1 column vector over the columns of a matrix with n rows)")
+            self.fail(n, f"cannot {verb} {self.text(first_node)} ({self.show(first)}) and "
+                         f"{self.text(c)} ({self.show(s)}) in {self.text(n)}: the shapes differ{hint}")
+        for c, s in arrays:
+            k = self.vector_kind(s)
+            if k == "row" and self.find(out[0]) != 1:
+                self.bcast[id(c)] = ("rows", out[0])
+            elif k == "col" and self.find(out[1]) != 1:
+                self.bcast[id(c)] = ("cols", out[1])
+        return out
+
+    def expand(self, node: Node, e: ir.Expr) -> ir.Expr:
+        """A broadcast operand as an array of the full shape: 1@r (every row r) or c@1ᵀ."""
+        b = self.bcast.get(id(node))
+        if b is None:
+            return e
+        how, d = b
+        d = self.resolve(d)
+        if how == "rows":
+            return ir.matmul(ir.const(1.0, (d, 1)), e)
+        return ir.matmul(e, ir.const(1.0, (1, d)))
 
     def frob(self, n, kid):
         (a, b), (sa, sb) = n.children, kid
@@ -371,9 +487,24 @@ class _Typer:
         if b.kind == "num" and not self.is_scalar(sa):
             self.special[id(b)] = sa
             return (1, 1)
+        one_a, one_b = self.ones_operand(a), self.ones_operand(b)
+        if one_b is not None and one_b is not b and not self.is_scalar(sa):  # x.T:1.T
+            self.set_ones(b, one_b, sa)
+            return (1, 1)
+        if one_a is not None and one_a is not a and not self.is_scalar(sb):
+            self.set_ones(a, one_a, sb)
+            return (1, 1)
         if not self.unify_all((sa[0], sb[0]), (sa[1], sb[1])):
-            self.fail(n, f"the Frobenius product {self.text(n)} needs equal shapes, but "
-                         f"{self.text(a)} is {self.describe(sa)} and {self.text(b)} is {self.describe(sb)}")
+            # a declared row (X: 1×d) makes G in G:(X@W) a row too; never a vector a scalar
+            saved = dict(self.parent)
+            self.allow_one = True
+            ok = self.unify_all((sa[0], sb[0]), (sa[1], sb[1]))
+            self.allow_one = False
+            if ok and (self.is_scalar(sa) or self.is_scalar(sb)):
+                ok, self.parent = False, saved
+            if not ok:
+                self.fail(n, f"the Frobenius product {self.text(n)} needs equal shapes, but "
+                             f"{self.text(a)} is {self.describe(sa)} and {self.text(b)} is {self.describe(sb)}")
         return (1, 1)
 
     def ones_operand(self, node):
@@ -393,7 +524,11 @@ class _Typer:
         (a, b), (sa, sb) = n.children, kid
         one_a, one_b = self.ones_operand(a), self.ones_operand(b)
         if one_a is not None and not self.is_scalar(sb):
-            sa = (1, sb[0])  # 1@X or 1ᵀ@X: a row of ones, the column sums of X
+            if one_a is a and self.find(sb[0]) == 1:
+                sa = (self.fresh(), 1)  # 1@r of a row r: a column of ones, r on every row
+                self.eyes.append((a, sa[0]))
+            else:
+                sa = (1, sb[0])  # 1@X or 1ᵀ@X: a row of ones, the column sums of X
             self.set_ones(a, one_a, sa)
         elif one_b is not None and not self.is_scalar(sa):
             if one_b is not b and self.find(sa[1]) == 1:
@@ -489,7 +624,7 @@ class _Typer:
                 for c in reversed(node.children):
                     stack.append((c, False))
                 continue
-            out[id(node)] = self.make(node, [out[id(c)] for c in node.children])
+            out[id(node)] = self.make(node, [self.expand(c, out[id(c)]) for c in node.children])
         return out[id(root)]
 
     def make(self, n: Node, args):
@@ -559,14 +694,29 @@ class _CallUnifier:
 
 
 def typecheck(ast: Node, source: str, declared: dict | None = None,
-              definitions: dict | None = None) -> Typed:
+              definitions: dict | None = None, syntax: str = "matcalc", symmetric=()) -> Typed:
     """Type ``ast``; ``definitions`` maps names to the text of their values, each may use
-    the ones before it (``{"l": "W@x+c", "p": "exp(l)"}``)."""
-    from .parse import parse
+    the ones before it (``{"l": "W@x+c", "p": "exp(l)"}``).  ``syntax="matlab"``: the tree
+    and the definitions are in matrixcalculus.org's language."""
+    from .parse import parse as _parse
+
+    def parse(text):
+        return _parse(text, syntax=syntax)
 
     if declared is not None and not isinstance(declared, dict):
         raise ShapeError(f"shapes must be a dict name -> dimensions, got {type(declared).__name__}")
-    t = _Typer(source, declared or {})
+    if syntax == "matlab":
+        from .matlab import MatlabTyper
+
+        t = MatlabTyper(source, declared or {})
+    else:
+        t = _Typer(source, declared or {})
+    # dimension names never read like a symbol (a bias b and a dimension b): skip the names used
+    texts = [source] + [v for v in (definitions or {}).values() if isinstance(v, str)]
+    used = {w for text in texts for w in re.findall(r"[^\W\d]\w*", text)}
+    used |= {k for k in (definitions or {}) if isinstance(k, str)} | set(declared or {})
+    t.user_dim_names = t.user_dim_names | used
+    t._names = (n for n in _letters() if n not in t.user_dim_names)
     t.def_ast, t.def_ir = {}, {}
     parsed = []
     for name, text in (definitions or {}).items():
@@ -576,17 +726,32 @@ def typecheck(ast: Node, source: str, declared: dict | None = None,
             raise ShapeError(f"cannot define {name!r}: it is a function name")
         if name in (declared or {}):
             raise ShapeError(f"{name} is both declared as a symbol and defined as {text!r}")
-        d_ast = parse(text)
-        t.source = text
-        t.type(d_ast)  # its own text, for carets in its errors
+        from .errors import MatcalcError
+
+        try:
+            if not isinstance(text, str):
+                raise ParseError(f"expected its value as a string, got {type(text).__name__}")
+            d_ast = parse(text)
+            t.source = text
+            t.type(d_ast)  # its own text, for carets in its errors
+        except MatcalcError as e:  # say which definition the error is in
+            raise type(e)(f"in the definition of {name} ({name} = {str(text)[:60]}): {e.message}",
+                          e.source, e.start, e.end) from None
         t.def_ast[name] = d_ast
         parsed.append((name, d_ast, text))
     t.source = source
     t.type(ast)
+    for name in symmetric or ():  # a symmetric matrix is square
+        if name not in t.sym_shape:
+            raise DeriveError(f"symmetric names {name!r}, which is not a symbol of the expression; its "
+                              f"symbols are {', '.join(t.sym_shape)}")
+        shape = t.sym_shape[name]
+        if t.sym_kind[name] != 2 or not t.unify(shape[0], shape[1]):
+            raise ShapeError(f"{name} is declared symmetric, but it is {t.describe(shape)}, not a square matrix")
     user_shapes, syms = t.finish()
     for name, d_ast, text in parsed:
         t.source = text
         t.def_ir[name] = t.build(d_ast)
     t.source = source
     expr = t.build(ast)
-    return Typed(expr, syms, user_shapes, source, dict(t.def_ir))
+    return Typed(expr, syms, user_shapes, source, dict(t.def_ir), list(t.notes))

@@ -265,6 +265,10 @@ def s_matmul(a: Expr, b: Expr) -> Expr:
     sb, b2 = _split_scalars(b)
     if sa or sb:
         return s_mul(*sa, *sb, s_matmul(a2, b2))
+    for x in (a, b):  # A(c1) = c(A1): the scalar floats out, a bare 1 is left in the product
+        if x.op == "const" and x.attr not in (0.0, 1.0):
+            ones = const(1.0, x.shape)
+            return s_mul(const(x.attr), s_matmul(ones if x is a else a, ones if x is b else b))
     for i, f in enumerate((a, b)):  # (A⊘β)B = (AB)⊘β
         if f.op == "div" and f.args[1].shape == SCALAR and f.args[0].shape == f.shape:
             return s_div(s_matmul(f.args[0], b) if i == 0 else s_matmul(a, f.args[0]), f.args[1])
@@ -281,7 +285,17 @@ def s_matmul(a: Expr, b: Expr) -> Expr:
             return s_mul(a.args[0], b)
     if b.op == "Diag" and a.shape[0] == 1:  # vᵀDiag(h) = (h∘v)ᵀ
         return s_T(s_mul(b.args[0], s_T(a)))
+    last = a.args[1] if a.op == "matmul" else a
+    if _inverse_pair(last, b):  # X⁻¹X = I, and through transposes: X⁻ᵀXᵀ = I
+        return a.args[0] if a.op == "matmul" else ir.eye(shape[0])
     return Expr("matmul", (a, b), None, shape)
+
+
+def _inverse_pair(x: Expr, y: Expr) -> bool:
+    """Whether x y = I: X⁻¹ X, X X⁻¹, X⁻ᵀ Xᵀ, Xᵀ X⁻ᵀ."""
+    if x.op == "T" and y.op == "T":
+        x, y = x.args[0], y.args[0]
+    return (x.op == "inv" and x.args[0] is y) or (y.op == "inv" and y.args[0] is x)
 
 
 # ------------------------------------------------------------------ transpose
@@ -316,7 +330,7 @@ def s_T(a: Expr) -> Expr:
         return s_div(s_T(a.args[0]), a.args[1])
     if a.op == "add":  # (A + Bᵀ)ᵀ = Aᵀ + B when no term keeps a transpose
         terms = [s_T(t) for t in a.args]
-        if not any(t.op == "T" for t in terms):
+        if not any(t.op == "T" for t in terms) or set(terms) == set(a.args):  # (Aᵀ + A)ᵀ = A + Aᵀ
             return s_add(*terms)
     return Expr("T", (a,), None, (c, r))
 

@@ -72,6 +72,18 @@ def test_helper_library_defines_functions_and_two_module_globals_only():
                 assert n.id not in UNSAFE_CALLS, n.id
 
 
+
+def _entry_conversion(node) -> bool:
+    """``p = np.asarray(p, float)`` or ``p = float(p)``: an argument converted on entry."""
+    if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, ast.Call) and node.value.args):
+        return False
+    target, call = node.targets[0].id, node.value
+    arg = call.args[0]
+    name = ast.unparse(call.func)
+    return isinstance(arg, ast.Name) and arg.id == target and name in ("np.asarray", "float")
+
+
 def assert_safe_source(src: str, fname: str, params: dict):
     """The emitted module, less the fixed helper library: compiles; only an import of numpy
     and function definitions at module level; ``fname`` takes exactly the sanitised
@@ -93,7 +105,7 @@ def assert_safe_source(src: str, fname: str, params: dict):
     args = [a.arg for a in f.args.kwonlyargs]
     assert sorted(args) == sorted(params.values()), (args, params)
     assert len(set(args)) == len(args), f"two symbols share a parameter: {args}"
-    assigned = {t.id for n in ast.walk(f) if isinstance(n, (ast.Assign, ast.AugAssign))
+    assigned = {t.id for n in ast.walk(f) if isinstance(n, (ast.Assign, ast.AugAssign)) and not _entry_conversion(n)
                 for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
                 if isinstance(t, ast.Name)}
     used_helpers = {n.id for n in ast.walk(f) if isinstance(n, ast.Name) and (n.id in funcs or n.id in HELPER_NAMES)}

@@ -20,7 +20,8 @@ REFUSED = [
     ("W x", "W", ParseError, ["operator is missing"], 3),
     ("x $ y", "x", ParseError, ["'$'"], 3),
     ("", "x", ParseError, ["empty"], 1),
-    ("sum(W + x)", "W", ShapeError, ["W + x", "a×b", "length-c vector"], 5),
+    ("sum(x + y.T)", "x", ShapeError, ["x + y.T", "length-a vector", "1×b row vector"], 5),
+    ("sum(W + x)", "W", None, [], None),  # fine: x (a column) broadcasts over W's columns, as in NumPy
     ("sum(A@B)", "A", None, [], None),  # fine: A@B is a matrix, summed
     ("x:y.T", "x", ShapeError, ["x:y.T", "length-a vector", "1×b row vector"], 1),
     ("det(x)", "x", ShapeError, ["det needs a square matrix", "x is a length-a vector"], 1),
@@ -107,7 +108,7 @@ def test_cli_refusal_exits_2_without_traceback(args):
 
 
 def test_cli_caret_under_the_column():
-    r = _cli("derive", "sum(W + x)", "--wrt", "W")
+    r = _cli("derive", "sum(W + x)", "--wrt", "W", "--shape", "W=3,4", "--shape", "x=5")
     assert r.returncode == 2
     lines = r.stderr.rstrip("\n").splitlines()
     assert "W + x" in lines[0] and "column 5" in lines[0]

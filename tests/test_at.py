@@ -1,0 +1,59 @@
+"""--at NAME=VALUE: the gradient evaluated at numbers typed on the command line."""
+import json
+
+import numpy as np
+import pytest
+
+from matcalc import cli
+
+X = [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]
+W = [[0.1, -0.2, 0.3, 0.0], [0.4, 0.5, -0.6, 0.2]]
+G = [[1.0, 0.5, -1.0, 2.0], [0.0, 1.0, 1.0, 1.0], [2.0, -1.0, 0.5, 0.0]]
+
+
+def run(capsys, *argv):
+    code = cli.run(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_torch_backward_example_prints_x_grad(capsys):
+    # Y = exp(X@W); Y.backward(G) leaves X.grad = (G ∘ exp(XW)) Wᵀ
+    want = (np.array(G) * np.exp(np.array(X) @ np.array(W))) @ np.array(W).T
+    code, out, err = run(capsys, "derive", "G:exp(X@W)", "--wrt", "X", "--at", f"X={json.dumps(X)}",
+                         "--at", f"W={json.dumps(W)}", "--at", f"G={json.dumps(G)}", "--json")
+    assert code == 0, err
+    got = np.array(json.loads(out)["value"])
+    assert got.shape == (3, 2) and np.allclose(got, want)
+    code, out, err = run(capsys, "derive", "G:exp(X@W)", "--wrt", "X", "--at", f"X={json.dumps(X)}",
+                         "--at", f"W={json.dumps(W)}", "--at", f"G={json.dumps(G)}")
+    assert code == 0
+    assert f"{want[0, 0]:.6f}"[:6] in out
+
+
+def test_integers_scalars_and_vectors(capsys):
+    code, out, err = run(capsys, "derive", "alpha*x:x", "--wrt", "x", "--wrt", "alpha",
+                         "--at", "alpha=3", "--at", "x=[1, 2, -1]", "--json")
+    assert code == 0, err
+    first, second = [json.loads(line) for line in out.splitlines()]
+    assert first["value"] == [6.0, 12.0, -6.0] and second["value"] == 6.0
+
+
+@pytest.mark.parametrize("ats,words", [
+    (["X=[[1,2],[3,4],[5,6]]", "W=[[1,2,3,4],[1,2,3,4]]"], ["no value for G"]),
+    (["X=[[1,2],[3,4],[5,6]]", "W=[[1,2,3,4]]", f"G={json.dumps(G)}"], ["W has shape (1, 4)"]),
+    (["X=__import__('os')"], ["not a number"]),
+    (["X=[1, [2]]"], []),
+    (["X=true"], ["not a number"]),
+    (["Q=1"], ["Q", "not a symbol"]),
+    (["X"], ["NAME=VALUE"]),
+])
+def test_refusals(capsys, ats, words):
+    argv = ["derive", "G:exp(X@W)", "--wrt", "X"]
+    for a in ats:
+        argv += ["--at", a]
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and not out.strip()
+    assert "Traceback" not in err
+    for w in words:
+        assert w in err, err

@@ -1,0 +1,116 @@
+"""Row vectors and NumPy broadcasting: a 1×m row over the rows of an n×m matrix, an n×1
+column over its columns, in + - * /; 1@b.T; declared row vectors; 1-D arrays for them."""
+import numpy as np
+import pytest
+
+import matcalc
+from matcalc import ShapeError, cli
+
+rng = np.random.default_rng(7)
+n, d, m = 5, 3, 4
+X, W, G = rng.standard_normal((n, d)), rng.standard_normal((d, m)), rng.standard_normal((n, m))
+b_row, b_col = rng.standard_normal(m), rng.standard_normal(n)
+
+
+def test_row_vector_over_rows_as_numpy():
+    for expr in ("G:(X@W + b.T)", "G:(X@W + 1@b.T)", "G:(b.T + X@W)"):
+        ds = matcalc.derive(expr, wrt=["b", "W", "X"])
+        assert ds["b"].user_shapes["b"] == (ds["b"].user_shapes["W"][1],)  # length unified with W's columns
+        assert np.allclose(ds["b"].function(G=G, X=X, W=W, b=b_row), G.sum(axis=0))
+        assert np.allclose(ds["W"].function(G=G, X=X, W=W, b=b_row), X.T @ G)
+        assert np.allclose(ds["X"].function(G=G, X=X, W=W, b=b_row), G @ W.T)
+
+
+def test_column_vector_over_columns_as_numpy():
+    Wc, Xc, Gc = rng.standard_normal((n, d)), rng.standard_normal((d, m)), rng.standard_normal((n, m))
+    d_b = matcalc.derive("G:(W@X + b)", wrt="b")
+    assert np.allclose(d_b.function(G=Gc, W=Wc, X=Xc, b=b_col), Gc.sum(axis=1))
+
+
+def test_value_is_numpy_broadcasting_and_gradient_checks():
+    vg = matcalc.value_and_grad("sum(exp(X@W + b.T))", wrt=["b", "W"])
+    value, grads = vg.function(X=X, W=W, b=b_row)
+    E = np.exp(X @ W + b_row[None, :])          # NumPy's own broadcast of a (1, m) array
+    assert np.isclose(value, E.sum())
+    assert np.allclose(grads["b"], E.sum(axis=0))
+    assert np.allclose(grads["W"], X.T @ E)
+
+
+def test_hadamard_and_division_broadcast():
+    y = rng.uniform(1, 2, n)
+    Xp = rng.uniform(1, 2, (n, m))
+    d_b = matcalc.derive("sum(X*b.T/(y + X))", wrt="b")
+    want = (Xp / (y[:, None] + Xp)).sum(axis=0)
+    assert np.allclose(d_b.function(X=Xp, b=b_row, y=y), want)
+    d_y = matcalc.derive("sum(X*b.T/(y + X))", wrt="y")
+    want_y = -(Xp * b_row[None, :] / (y[:, None] + Xp) ** 2).sum(axis=1)
+    assert np.allclose(d_y.function(X=Xp, b=b_row, y=y), want_y)
+    assert d_y.check().ok and d_b.check().ok
+
+
+def test_subtraction_broadcast_and_check():
+    d_ = matcalc.derive("norm2(X - c.T)**2", wrt="c")  # centring the rows of X
+    mu = rng.standard_normal(d)
+    assert np.allclose(d_.function(X=X, c=mu), -2 * (X - mu[None, :]).sum(axis=0))
+    assert d_.check().ok
+
+
+def test_steps_show_the_sum_over_rows():
+    d_ = matcalc.derive("sum(relu(X@W + b.T))", wrt="b")
+    text = "\n".join(d_.derivation_lines())
+    assert "sum(h, 0)" in text  # the adjoint of the broadcast: the sum over the rows (axis 0)
+    assert d_.check().ok
+
+
+def test_leading_one_is_a_column_of_ones():
+    d_ = matcalc.derive("sum(exp(1@b.T + X@W))", wrt="b")
+    assert np.allclose(d_.function(X=X, W=W, b=b_row), np.exp(X @ W + b_row).sum(axis=0))
+
+
+@pytest.mark.parametrize("expr,shapes,words", [
+    ("sum(X + b.T)", {"X": (3, 4), "b": (5,)}, ["X + b.T", "3×4", "1×5 row vector", "broadcasts"]),
+    ("sum(X + b)", {"X": (3, 4), "b": (4,)}, ["X + b", "length-4 vector", "broadcasts"]),
+    ("sum(x + y.T)", None, ["x + y.T", "1×b row vector"]),
+])
+def test_refusals(expr, shapes, words):
+    with pytest.raises(ShapeError) as info:
+        matcalc.derive(expr, wrt="X" if "X" in expr else "x", shapes=shapes)
+    msg = str(info.value)
+    for w in words:
+        assert w in msg, msg
+    assert info.value.column == 5
+
+
+def test_declared_row_vector_unifies():
+    for decl in ((1, 3), (1, "d")):
+        ds = matcalc.derive("G:(X@W)", wrt=["X", "W"], shapes={"X": decl})
+        assert ds["X"].user_shapes["G"][0] == 1
+        x = rng.standard_normal(3)
+        W3, g = rng.standard_normal((3, 4)), rng.standard_normal(4)
+        # 1-D arrays for the declared row: the gradient comes back 1-D, as given
+        gx = ds["X"].function(G=g, X=x, W=W3)
+        assert gx.shape == (3,) and np.allclose(gx, W3 @ g)
+        # 2-D (1, 3) arrays: back as (1, 3)
+        gx2 = ds["X"].function(G=g[None, :], X=x[None, :], W=W3)
+        assert gx2.shape == (1, 3) and np.allclose(gx2[0], W3 @ g)
+        gw = ds["W"].function(G=g, X=x, W=W3)
+        assert gw.shape == (3, 4) and np.allclose(gw, np.outer(x, g))
+        assert ds["X"].check().ok and ds["W"].check().ok
+
+
+def test_declared_row_vector_wrong_length_refused():
+    d_ = matcalc.derive("G:(X@W)", wrt="X", shapes={"X": (1, "d")})
+    with pytest.raises(ShapeError):
+        d_.function(G=np.ones(4), X=np.ones(3), W=np.ones((2, 4)))
+
+
+def test_a_vector_never_collapses_to_a_scalar():
+    with pytest.raises(ShapeError):
+        matcalc.derive("x:(X@W)", wrt="x", shapes={"X": (1, 3)})
+
+
+def test_cli_row_shape(capsys):
+    code = cli.run(["derive", "G:(X@W)", "--wrt", "X", "--shape", "X=1,3"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "G@W.T" in out and "(1, 3)" in out

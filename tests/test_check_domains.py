@@ -1,0 +1,92 @@
+"""An honest check: inv/det/logdet arguments drawn well-conditioned and NOT symmetric (a
+dropped transpose fails), det < 0 on some draws where only log|det| is taken (never under
+log(det(·))), SPD only where symmetric= needs it; unknown domains refused."""
+import numpy as np
+import pytest
+
+import matcalc
+import matcalc.check as mcheck
+from matcalc import DeriveError
+from matcalc.check import draw, finite_difference_check, infer_domains
+
+
+def recorded_draws(monkeypatch, expr, wrt, **kw):
+    seen = []
+    real = mcheck.random_inputs
+
+    def spy(*a, **k):
+        out = real(*a, **k)
+        seen.append(out)
+        return out
+
+    monkeypatch.setattr(mcheck, "random_inputs", spy)
+    report = matcalc.derive(expr, wrt=wrt, **kw).check(draws=4)
+    return report, seen
+
+
+def test_invertible_draws_are_not_symmetric(monkeypatch):
+    report, seen = recorded_draws(monkeypatch, "x.T@inv(X)@y", "X")
+    assert report.ok
+    for inputs in seen:
+        X = inputs["X"]
+        assert not np.allclose(X, X.T)
+        assert np.linalg.cond(X) < 50
+
+
+def test_logdet_alone_sees_negative_determinants(monkeypatch):
+    report, seen = recorded_draws(monkeypatch, "logdet(X) + x.T@X@x", "X")
+    assert report.ok
+    signs = {np.sign(np.linalg.det(inputs["X"])) for inputs in seen}
+    assert signs == {-1.0, 1.0}
+
+
+@pytest.mark.parametrize("expr", ["log(det(X))", "sqrt(det(X)) + logdet(X)"])
+def test_never_a_negative_determinant_under_log_det(monkeypatch, expr):
+    report, seen = recorded_draws(monkeypatch, expr, "X")
+    assert report.ok
+    assert all(np.linalg.det(inputs["X"]) > 0 for inputs in seen)
+
+
+def test_symmetric_matrices_are_drawn_spd_where_needed(monkeypatch):
+    report, seen = recorded_draws(monkeypatch, "logdet(S) + x.T@S@x", "S", symmetric=["S"])
+    assert report.ok and report.domains["S"] == "spd"
+    for inputs in seen:
+        S = inputs["S"]
+        assert np.allclose(S, S.T) and np.all(np.linalg.eigvalsh(S) > 0)
+
+
+def test_a_dropped_transpose_fails_the_check():
+    d = matcalc.derive("logdet(X) + x.T@inv(X)@y", wrt="X")
+    domains = infer_domains(d.lam, d.symbols)
+    rng = np.random.default_rng(0)
+    inputs = {"x": draw((3,), "normal", rng), "y": draw((3,), "normal", rng),
+              "X": draw((3, 3), domains["X"], rng)}
+
+    def wrong(X, x, y):  # the gradient with every transpose dropped
+        Xi = np.linalg.inv(X)
+        return Xi - Xi @ np.outer(x, y) @ Xi
+
+    err, _, _ = finite_difference_check(d.value_function, wrong, inputs, "X", rng)
+    assert err > 1e-3
+    err, _, _ = finite_difference_check(d.value_function, d.function, inputs, "X", rng)
+    assert err < 1e-6
+
+
+@pytest.mark.parametrize("domain,words", [
+    ({"X": "sdp"}, ["unknown domain 'sdp'", "spd"]),
+    ({"Q": "spd"}, ["'Q'", "not a symbol"]),
+    ({"x": "spd"}, ["square matrix"]),
+    ("spd", ["dict"]),
+])
+def test_bad_domains_are_refused(domain, words):
+    d = matcalc.derive("logdet(X) + x:x", wrt="X")
+    with pytest.raises(DeriveError) as info:
+        d.check(domain=domain)
+    for w in words:
+        assert w in str(info.value)
+
+
+def test_explicit_domains_still_work():
+    d = matcalc.derive("logdet(X) + x:x", wrt="X")
+    assert d.check(domain={"X": "spd"}).domains["X"] == "spd"
+    assert d.check(domain={"X": "invertible_signed"}).ok

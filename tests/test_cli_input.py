@@ -1,0 +1,54 @@
+"""The command line reads a question as it is typed: an expression may start with '-'."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from matcalc import cli
+
+
+def run(capsys, *argv):
+    code = cli.run(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("argv", [
+    ["derive", "-t.T@log(softmax(z))", "--wrt", "z", "--json"],
+    ["derive", "--wrt", "z", "--json", "-t.T@log(softmax(z))"],
+    ["derive", "--wrt", "z", "--json", "--", "-t.T@log(softmax(z))"],
+])
+def test_expression_starting_with_minus(capsys, argv):
+    code, out, err = run(capsys, *argv)
+    assert code == 0, err
+    import json
+    d = json.loads(out)
+    assert d["expr"] == "-t.T@log(softmax(z))"
+    # cross-entropy: ∂λ/∂z = sum(t) softmax(z) - t, checked at numbers
+    import matcalc
+    f = matcalc.derive(d["expr"], wrt="z").function
+    rng = np.random.default_rng(1)
+    t, z = rng.uniform(0.1, 1, 4), rng.standard_normal(4)
+    s = np.exp(z) / np.exp(z).sum()
+    assert np.allclose(f(t=t, z=z), t.sum() * s - t)
+
+
+def test_leading_minus_parse_error_keeps_its_column(capsys):
+    code, out, err = run(capsys, "derive", "-t.T@log(softmax(z)", "--wrt", "z")
+    assert code == 2
+    assert "column 20" in err
+    assert err.splitlines()[-1].index("^") == 2 + 19
+
+
+def test_leading_minus_through_the_console_script():
+    p = subprocess.run([sys.executable, "-m", "matcalc", "derive", "-x:x", "--wrt", "x"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "∂λ/∂x = -2*x" in p.stdout
+
+
+def test_unknown_option_is_still_refused(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.run(["derive", "x:x", "--wrt", "x", "--nonsense"])
+    assert e.value.code == 2

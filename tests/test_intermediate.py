@@ -1,0 +1,73 @@
+"""wrt may name a definition: ∂λ/∂y with y's inputs held fixed (dL/dy), from a function of
+the leaves; a wrt only in an unused definition and errors inside a definition are refused."""
+import json
+
+import numpy as np
+import pytest
+
+import matcalc
+from matcalc import DeriveError, ParseError, cli
+
+rng = np.random.default_rng(3)
+W, x, b = rng.standard_normal((4, 3)), rng.standard_normal(3), rng.standard_normal(4)
+
+
+def test_gradient_wrt_a_definition_takes_the_leaves():
+    d = matcalc.derive("sum(exp(y)) + y:y + sum(W)", wrt="y", definitions={"y": "W@x+b"})
+    assert d.shape == d.user_shapes["W"][:1]
+    assert set(d.function.params) == {"W", "x", "b"}
+    y = W @ x + b
+    assert np.allclose(d.function(W=W, x=x, b=b), np.exp(y) + 2 * y)  # sum(W) is held fixed: no term
+    assert "y" in d.text and d.check().ok
+
+
+def test_cross_entropy_dl_dz():
+    ds = matcalc.derive("-t.T@log(softmax(z))", wrt=["z", "W"], definitions={"z": "W@h+b"})
+    t = rng.uniform(0, 1, 4)
+    z = W @ x + b
+    s = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
+    gz = ds["z"].function(W=W, h=x, b=b, t=t)
+    assert np.allclose(gz, t.sum() * s - t)
+    assert np.allclose(ds["W"].function(W=W, h=x, b=b, t=t), np.outer(gz, x))  # chain rule agrees
+    assert ds["z"].check().ok
+
+
+def test_value_and_grad_with_a_definition():
+    vg = matcalc.value_and_grad("sum(exp(y))", wrt=["y", "W"], definitions={"y": "W@x+b"})
+    value, grads = vg.function(W=W, x=x, b=b)
+    y = W @ x + b
+    assert np.isclose(value, np.exp(y).sum())
+    assert np.allclose(grads["y"], np.exp(y)) and np.allclose(grads["W"], np.outer(np.exp(y), x))
+
+
+def test_matrix_definition():
+    X = rng.standard_normal((5, 3))
+    d = matcalc.derive("sum(tanh(Z))", wrt="Z", definitions={"Z": "X@W.T"})
+    assert np.allclose(d.function(X=X, W=W), 1 - np.tanh(X @ W.T) ** 2)
+    assert d.function(X=X, W=W).shape == (5, 4)
+
+
+def test_cli_wrt_a_let(capsys):
+    code = cli.run(["derive", "sum(exp(y)) + y:y", "--let", "y=W@x+b", "--wrt", "y", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert json.loads(out)["gradient"] == "2*y + exp(y)"
+
+
+def test_wrt_only_in_an_unused_definition_is_refused(capsys):
+    with pytest.raises(DeriveError) as info:
+        matcalc.derive("sum(exp(x))", wrt="W", definitions={"l": "W@x"})
+    assert "definition of l" in str(info.value) and "does not use" in str(info.value)
+    code = cli.run(["derive", "sum(exp(x))", "--let", "l=W@x", "--wrt", "W"])
+    out, err = capsys.readouterr()
+    assert code == 2 and not out and "l" in err
+
+
+def test_parse_error_in_a_definition_names_it(capsys):
+    with pytest.raises(ParseError) as info:
+        matcalc.derive("sum(exp(l))", wrt="W", definitions={"l": "W@x+"})
+    assert "definition of l" in str(info.value)
+    assert info.value.column == 5 and info.value.source == "W@x+"
+    code = cli.run(["derive", "sum(exp(l))", "--let", "l=W@(x", "--wrt", "W"])
+    _, err = capsys.readouterr()
+    assert code == 2 and "definition of l" in err and "^" in err.splitlines()[-1]

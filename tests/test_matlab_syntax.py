@@ -1,0 +1,162 @@
+"""matrixcalculus.org's language (syntax="matlab"): its documented examples against closed
+forms, its naming convention, results printed back in it, and its refusals."""
+import json
+
+import numpy as np
+import pytest
+
+import matcalc
+from matcalc import DeriveError, ParseError, ShapeError, cli
+from matcalc.check import choose_sizes
+
+
+def inputs_for(d, seed=0, spd=()):
+    dims = []
+    for shape in d.user_shapes.values():
+        dims += [x for x in shape if isinstance(x, str) and x not in dims]
+    sizes = choose_sizes(dims)
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, shape in d.user_shapes.items():
+        sh = tuple(sizes.get(x, x) for x in shape)
+        v = rng.standard_normal(sh) if sh else float(rng.standard_normal())
+        if name in spd:
+            v = v @ v.T + sh[0] * np.eye(sh[0])
+        out[name] = v
+    return out
+
+
+def sig(z):
+    return 1 / (1 + np.exp(-z))
+
+
+CASES = [
+    ("0.5*x'*A*x", "x", lambda A, x: 0.5 * (A + A.T) @ x, ()),
+    ("norm2(A*x-y)^2", "x", lambda A, x, y: 2 * A.T @ (A @ x - y), ()),
+    ("sum(log(exp(-y.*(X*w)) + vector(1)))", "w",
+     lambda X, w, y: -X.T @ (y * sig(-y * (X @ w))), ()),
+    ("tr(A*X'*B*X*C)", "X", lambda A, B, C, X: B.T @ X @ A.T @ C.T + B @ X @ C @ A, ()),
+    ("log(det(inv(X)))", "X", lambda X: -np.linalg.inv(X).T, ("X",)),
+]
+
+
+@pytest.mark.parametrize("expr,wrt,closed,spd", CASES, ids=[c[0] for c in CASES])
+def test_documented_examples(expr, wrt, closed, spd):
+    d = matcalc.derive(expr, wrt=wrt, syntax="matlab")
+    vals = inputs_for(d, spd=spd)
+    import inspect
+    want = closed(**{k: vals[k] for k in inspect.signature(closed).parameters})
+    got = d.function(**vals)
+    assert got.shape == np.shape(vals[wrt])
+    assert np.allclose(got, want, rtol=1e-9, atol=1e-9)
+    assert d.check().ok
+
+
+def test_shapes_of_the_tr_example_are_rectangular():
+    d = matcalc.derive("tr(A*X'*B*X*C)", wrt="X", syntax="matlab")
+    assert d.user_shapes["A"][0] != d.user_shapes["A"][1]  # nothing forced square
+    assert d.user_shapes["X"][0] != d.user_shapes["X"][1]
+
+
+def test_naming_convention():
+    d = matcalc.derive("a*h'*A*z + alpha*beta2*xi + g", wrt="A", syntax="matlab")
+    kinds = {k: len(v) for k, v in d.user_shapes.items()}
+    assert kinds == {"a": 0, "h": 1, "A": 2, "z": 1, "alpha": 0, "beta2": 0, "xi": 0, "g": 0}
+
+
+def test_results_print_in_matlab_and_reparse():
+    for expr, wrt, _, spd in CASES + [("x'*A^-1*x", "A", None, ("A",)), ("x'*A^2*x", "A", None, ()),
+                                      ("sum(sum(A.*B./C))", "C", None, ()), ("c*h'*diag(X)", "X", None, ())]:
+        d = matcalc.derive(expr, wrt=wrt, syntax="matlab")
+        assert "@" not in d.text and ".T" not in d.text and "**" not in d.text
+        # the printed gradient, read back in MATLAB syntax, has the same values
+        probe = {0: "b9*({})", 1: "zz'*({})", 2: "sum(sum(ZZ.*({})))"}[len(d.shape)]
+        wname = {0: "b9", 1: "zz", 2: "ZZ"}[len(d.shape)]
+        back = matcalc.derive(probe.format(d.text), wrt=wname, syntax="matlab",
+                              shapes={**d.user_shapes, wname: d.shape})
+        vals = inputs_for(d, spd=spd)
+        probe_vals = dict(vals)
+        probe_vals[wname] = np.ones(np.shape(vals[wrt])) if d.shape else 1.0
+        probe_vals = {k: v for k, v in probe_vals.items() if k in back.function.params}
+        assert np.allclose(back.function(**probe_vals), d.function(**vals)), (expr, d.text)
+
+
+def test_matrix_powers():
+    d = matcalc.derive("x'*A^-1*x", wrt="A", syntax="matlab")
+    vals = inputs_for(d, spd=("A",))
+    Ai = np.linalg.inv(vals["A"])
+    x = vals["x"]
+    assert np.allclose(d.function(**vals), -Ai.T @ np.outer(x, x) @ Ai.T)
+    d2 = matcalc.derive("x'*A^2*x", wrt="A", syntax="matlab")
+    A = vals["A"]
+    assert np.allclose(d2.function(A=A, x=x), np.outer(x, x) @ A.T + A.T @ np.outer(x, x))
+
+
+def test_a_scalar_star_scales_and_diag_follows_matlab():
+    d = matcalc.derive("c*h'*diag(X)", wrt="X", syntax="matlab")  # diag of a matrix: its diagonal
+    vals = inputs_for(d)
+    assert np.allclose(d.function(**vals), vals["c"] * np.diag(vals["h"]))
+    d = matcalc.derive("sum(sum(diag(h)*A))", wrt="h", syntax="matlab")  # diag of a vector: Diag
+    vals = inputs_for(d)
+    assert np.allclose(d.function(**vals), vals["A"].sum(axis=1))
+
+
+@pytest.mark.parametrize("expr,exc,words", [
+    ("sum(sum(A^0.5))", ShapeError, ["integer", ".^"]),
+    ("sum(x^2)", ShapeError, [".^"]),
+    ("sum(sum(A/B))", ShapeError, ["./", "inv(B)"]),
+    ("sum(vector(2))", ParseError, ["vector(1)"]),
+    ("sum(x*y)", ShapeError, ["x'*y", ".*"]),
+    ("x'*A*y + sum(sum(A@B))", ParseError, ["'@'"]),
+])
+def test_refusals(expr, exc, words):
+    with pytest.raises(exc) as info:
+        matcalc.derive(expr, wrt="A" if "A" in expr else "x", syntax="matlab")
+    msg = str(info.value)
+    for w in words:
+        assert w in msg, msg
+    assert "^" in msg.splitlines()[-1]
+
+
+def test_mismatched_matrix_product_hints_entrywise():
+    with pytest.raises(ShapeError) as info:
+        matcalc.derive("sum(sum(A*B))", wrt="A", syntax="matlab", shapes={"A": (3, 4), "B": (3, 4)})
+    assert "A (3×4) * B (3×4)" in str(info.value) and ".*" in str(info.value)
+
+
+def test_unknown_syntax_refused():
+    with pytest.raises(DeriveError):
+        matcalc.derive("x:x", wrt="x", syntax="maple")
+
+
+def test_definitions_in_matlab_syntax():
+    d = matcalc.derive("sum(exp(l))", wrt="W", syntax="matlab", definitions={"l": "W*x + b9*vector(1)"})
+    vals = inputs_for(d)
+    l = vals["W"] @ vals["x"] + vals["b9"]
+    assert np.allclose(d.function(**vals), np.outer(np.exp(l), vals["x"]))
+
+
+def test_cli(capsys):
+    code = cli.run(["derive", "--syntax", "matlab", "norm2(A*x-y)^2", "--wrt", "x", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert json.loads(out)["gradient"] == "2*A'*(A*x - y)"
+    code = cli.run(["derive", "--syntax", "matlab", "sum(sum(A/B))", "--wrt", "A"])
+    _, err = capsys.readouterr()
+    assert code == 2 and "./" in err
+
+
+def test_matlab_dimensions_count_from_one():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        d = matcalc.derive("sum(exp(X), 1)*u", wrt="X", syntax="matlab")  # column sums (NumPy axis 0)
+    X, u = np.random.default_rng(0).random((3, 4)), np.random.default_rng(1).random(4)
+    np.testing.assert_allclose(d.function(X=X, u=u), np.exp(X) * u[None, :])
+    assert d.check().ok
+    with pytest.raises(matcalc.MatcalcError, match="MATLAB dimension"):
+        matcalc.derive("sum(X, 3)*u", wrt="X", syntax="matlab")
+    v = np.random.default_rng(2).random(3)
+    g = matcalc.derive("u'*sum(exp(X), 2)", wrt="X", syntax="matlab")  # row sums (NumPy axis 1)
+    np.testing.assert_allclose(g.function(X=X, u=v), v[:, None] * np.exp(X))

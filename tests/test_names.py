@@ -1,0 +1,44 @@
+"""Names that never clash: dimension names avoid the symbols' names, automatic definition
+names avoid the user's."""
+import pytest
+
+import matcalc
+
+EXPRS = [
+    ("G:(X@W + b.T)", "b", None),
+    ("x.T@a + c:c", "x", None),
+    ("sum(exp(A@b@c.T@d))", "A", None),
+    ("sum(W1@h + c)", "W0", {"h": "relu(W0@x+b)"}),
+]
+
+
+@pytest.mark.parametrize("expr,wrt,defs", EXPRS, ids=[e[0] for e in EXPRS])
+def test_dimension_names_avoid_symbol_names(expr, wrt, defs):
+    d = matcalc.derive(expr, wrt=wrt, definitions=defs)
+    dims = {x for shape in d.user_shapes.values() for x in shape if isinstance(x, str)}
+    taken = set(d.user_shapes) | set(defs or {})
+    assert dims and not dims & taken, (dims, taken)
+    assert d.check().ok
+
+
+def test_bias_b_and_its_shape():
+    d = matcalc.derive("G:(X@W + b.T)", wrt="b")
+    assert d.shape != ("b",)
+    assert "(b,)" not in d.shape_text
+
+
+def test_automatic_names_avoid_the_users():
+    d = matcalc.derive("sum(W1@h + c)", wrt="W0", definitions={"h": "relu(W0@x+b)"})
+    auto = d.definitions
+    assert list(auto).count("h") == 1 and auto["h"].startswith("relu(")
+    step_names = [k for k, v in auto.items() if v.startswith("step(")]
+    assert step_names and step_names[0] != "h"
+    # and with h a symbol of the expression
+    d = matcalc.derive("h.T@relu(W@x + c)", wrt="W")
+    names = d.definitions
+    assert "h" not in names and all(k not in d.user_shapes for k in names)
+
+
+def test_declared_dimension_names_are_kept():
+    d = matcalc.derive("G:(X@W)", wrt="W", shapes={"X": ("n", "d"), "W": ("d", "m")})
+    assert d.shape == ("d", "m")

@@ -1,0 +1,107 @@
+"""The silent trap (a * between matrices that only type-checks by making them equal-shaped)
+is named, and MATLAB / NumPy spellings that matcalc does not read are refused with a hint."""
+import warnings
+
+import numpy as np
+import pytest
+
+import matcalc
+from matcalc import NotationWarning, ParseError, ShapeError, cli
+
+
+def notes_of(expr, wrt, **kw):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        d = matcalc.derive(expr, wrt=wrt, **kw)
+    return d, [w.message for w in caught if issubclass(w.category, NotationWarning)]
+
+
+def test_notation_warning_is_a_user_warning():
+    assert issubclass(NotationWarning, UserWarning)
+
+
+def test_hadamard_trap_of_a_matrix_chain():
+    d, notes = notes_of("tr(A*X'*B*X*C)", "X")
+    assert len(notes) == 1  # one note for the whole chain
+    msg = str(notes[0])
+    assert "A@X'@B@X@C" in msg and "entrywise" in msg
+    assert notes[0].column == 4
+    assert msg.splitlines()[-1].index("^") == 2 + 3
+    # the answer is still the Hadamard one (what was typed), correct as such
+    assert d.check().ok
+
+
+def test_elementwise_inverse_trap():
+    d, notes = notes_of("x.T@W^-1@x", "x")
+    assert len(notes) == 1 and "inv(W)" in str(notes[0]) and "W^-1" in str(notes[0])
+    # and the result is what was typed: the entrywise reciprocal
+    rng = np.random.default_rng(0)
+    W, x = rng.uniform(0.5, 2, (3, 3)), rng.standard_normal(3)
+    R = 1 / W
+    assert np.allclose(d.function(W=W, x=x), (R + R.T) @ x)
+
+
+@pytest.mark.parametrize("expr,wrt", [
+    ("alpha*(exp(W@x+c)-W@x-c+m*m-1):1", "W"),   # m*m: one symbol
+    ("sum(x*y)", "x"),                           # vectors: * is the entrywise product people mean
+    ("sum(A∘B)", "A"),                           # ∘ says Hadamard on purpose
+    ("G:exp(X@W)*(X@W)", "W"),                   # equal shapes already
+    ("sum(alpha*A)", "A"),                       # a scalar scales
+    ("sum((X@W-Y)**2)", "W"),                    # an entrywise square is common and meant
+])
+def test_no_note_where_nothing_is_suspicious(expr, wrt):
+    _, notes = notes_of(expr, wrt)
+    assert notes == []
+
+
+def test_declared_equal_shapes_give_no_note():
+    _, notes = notes_of("sum(A*B)", "A", shapes={"A": ("n", "m"), "B": ("n", "m")})
+    assert notes == []
+
+
+def test_cli_prints_the_note_on_stderr_and_succeeds(capsys):
+    code = cli.run(["derive", "tr(A*X'*B*X*C)", "--wrt", "X"])
+    out, err = capsys.readouterr()
+    assert code == 0
+    assert "note:" in err and "@" in err and "column 4" in err
+    assert "∂λ/∂X" in out and "note" not in out
+
+
+@pytest.mark.parametrize("expr,words,col", [
+    ("sum(A.*B)", [".*", "entrywise", "--syntax matlab"], 6),
+    ("x.^2:1", [".^", "**"], 2),
+    ("sum(x./y)", ["./", "write /"], 6),
+    ("sum(np.exp(x))", ["exp(...)", "np."], 7),
+    ("sum(torch.tanh(x))", ["tanh(...)", "torch."], 10),
+])
+def test_parse_hints(expr, words, col):
+    with pytest.raises(ParseError) as info:
+        matcalc.derive(expr, wrt="x")
+    msg = str(info.value)
+    for w in words:
+        assert w in msg, msg
+    assert info.value.column == col
+
+
+def test_mismatched_star_hints_at_matmul():
+    with pytest.raises(ShapeError) as info:
+        matcalc.derive("sum(A*x)", wrt="x", shapes={"A": (3, 4), "x": (4,)})
+    assert "use @" in str(info.value)
+    assert info.value.column == 5
+
+
+def test_e_to_a_vector_hints_exp():
+    with pytest.raises(ShapeError) as info:
+        matcalc.derive("e^l:1", wrt="l")
+    assert "exp(l)" in str(info.value)
+
+
+def test_e_to_a_scalar_is_noted():
+    _, notes = notes_of("sum(e^alpha)", "alpha")
+    assert notes and "exp(alpha)" in str(notes[0])
+
+
+def test_cli_refusal_hint_exit_2(capsys):
+    code = cli.run(["derive", "sum(A.*B)", "--wrt", "A"])
+    _, err = capsys.readouterr()
+    assert code == 2 and ".*" in err and "^" in err.splitlines()[-1]

@@ -1,0 +1,38 @@
+"""Simpler results: inverses cancel through transposes, a transposed symmetric sum reads
+A + Aᵀ, no scalar on the left of ':' in the steps, ½ in LaTeX."""
+import re
+
+import numpy as np
+
+import matcalc
+
+
+def test_inverses_cancel_through_transposes():
+    d = matcalc.derive("log(det(inv(X)))", wrt="X")
+    assert d.text == "-inv(X).T"
+    X = 2 * np.eye(3) + np.random.default_rng(0).standard_normal((3, 3)) / 3
+    assert np.allclose(d.function(X=X), -np.linalg.inv(X).T)
+    assert d.check().ok
+
+
+def test_transposed_sum_of_a_matrix_and_its_transpose():
+    d = matcalc.derive("v.T@(A.T + A)@w", wrt="w")
+    assert d.text == "(A + A.T)@v"
+    rng = np.random.default_rng(1)
+    A, v, w = rng.standard_normal((3, 3)), rng.standard_normal(3), rng.standard_normal(3)
+    assert np.allclose(d.function(A=A, v=v, w=w), (A + A.T) @ v)
+
+
+def test_no_scalar_on_the_left_of_a_frobenius_product():
+    d = matcalc.derive("0.5*(exp(W1@relu(W0@x+b0)+b1) - (W1@relu(W0@x+b0)+b1) + m*m - 1):1", wrt="W0")
+    for line in d.derivation_lines()[2:]:
+        body = line.split("    [")[0]
+        assert not re.search(r"(^|[ =(+-])-?\d+(\.\d+)?:", body), line
+    assert "\\tfrac{1}{2} : " not in d.steps_latex
+
+
+def test_half_in_latex():
+    for expr in ("0.5*x:x + y:x", ".5*x:x + y:x"):
+        d = matcalc.derive(expr, wrt="y")
+        d2 = matcalc.derive("0.5*(exp(W@x) - W@x):1", wrt="W")
+        assert "0.5" not in d2.latex and "\\tfrac{1}{2}" in d2.latex
