@@ -246,3 +246,17 @@ def test_cli_refuses_a_bad_axis_with_exit_2():
     r = subprocess.run([sys.executable, "-m", "matcalc", "derive", "sum(X, 3)", "--wrt", "X"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "Traceback" not in r.stderr and "axis" in r.stderr
+
+
+def test_batch_layer_norm_with_broadcasting():
+    # a row of column means broadcast over the rows, as NumPy does with a (1, n) array
+    expr = "G:((X - mean(X, 0)) / sqrt(mean((X - mean(X, 0))**2, 0) + 0.001))"
+    d = matcalc.derive(expr, wrt="X")
+    rng = np.random.default_rng(9)
+    G, X = rng.standard_normal((5, 3)), rng.standard_normal((5, 3))
+
+    def f(X):
+        c = X - X.mean(0)
+        return float(np.sum(G * c / np.sqrt((c * c).mean(0) + 0.001)))
+    assert rel_error(d.function(G=G, X=X), central_fd_grad(f, {"X": X}, "X")) < 1e-6
+    assert d.check().ok
