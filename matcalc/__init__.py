@@ -5,7 +5,8 @@
     >>> d.text
     'alpha*(exp(W@x + c) - 1)@x.T'
 """
-from .api import Derivation, GradientFunction, ValueAndGrad, derive, value_and_grad
+from .api import Derivation, ValueAndGrad, derive, value_and_grad
+from .function import GradientFunction
 from .errors import DeriveError, MatcalcError, NotationWarning, ParseError, ShapeError
 from .second_order import Hessian, Jacobian, hessian, jacobian
 

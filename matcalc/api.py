@@ -9,6 +9,7 @@ from . import ir
 from .adjoint import pullback
 from .differential import differential
 from .errors import DeriveError, MatcalcError, ShapeError
+from .function import GradientFunction
 from .parse import parse
 from .naming import DiffName, auto_names, definitions_in_order, shared_names, tree_size
 from .printing import dim_sources, tex_name
@@ -21,129 +22,6 @@ from .steplog import Step
 
 
 MAX_TREE = 3000  # results larger than this, written out as a tree, are printed with names
-
-
-class GradientFunction:
-    """A callable made from emitted NumPy source.  Takes every symbol of the expression
-    as a keyword argument (scalars as floats, vectors 1-D, matrices 2-D arrays)."""
-
-    def __init__(self, source: str, fname: str, params: dict, user_shapes: dict, out_shape=None):
-        import numpy as np
-
-        from .codegen import compile_function
-
-        self.source = source
-        self.name = fname
-        self.params = params            # user name -> python name
-        self.user_shapes = user_shapes  # user name -> () / (n,) / (m, n)
-        self._f = compile_function(source, fname)
-        self.emitted = self._f  # the emitted function itself: no argument checks, Python-safe names
-        self._keys = set(params)
-        self._same_names = all(k == v for k, v in params.items())
-        # a declared size-1 dimension is squeezed inside the emitted code: no fast path then
-        self._fast = self._same_names and not any(d == 1 for sh in user_shapes.values() for d in sh)
-        self._out_shape = out_shape  # the declared shape of the result (None: as computed)
-        self._ndims = [(k, len(user_shapes[k])) for k in params]
-        self._ndarray = np.ndarray
-        self._np = np
-        # the dimension constraints between arguments, checked on every fast call
-        first: dict = {}
-        self._same_dims, self._fixed_dims = [], []
-        for k in params:
-            for ax, d in enumerate(user_shapes[k]):
-                if isinstance(d, int):
-                    self._fixed_dims.append((k, ax, d))
-                elif d in first:
-                    self._same_dims.append((first[d][0], first[d][1], k, ax))
-                else:
-                    first[d] = (k, ax)
-
-    def __repr__(self):
-        return f"<matcalc function {self.name}({', '.join(self.params)})>"
-
-    def convert(self, kwargs: dict) -> dict:
-        import numpy as np
-
-        missing = [n for n in self.params if n not in kwargs]
-        if missing:
-            raise TypeError(f"{self.name}() is missing the argument(s) {', '.join(missing)}")
-        unknown = [n for n in kwargs if n not in self.params]
-        if unknown:
-            raise TypeError(f"{self.name}() got unexpected argument(s) {', '.join(unknown)}; "
-                            f"it takes {', '.join(self.params)}")
-        sizes: dict = {}
-        out = {}
-        for name, value in kwargs.items():
-            shape = self.user_shapes[name]
-            arr = np.asarray(value, dtype=float)
-            if len(shape) == 0:
-                if arr.size != 1:
-                    raise ShapeError(f"{name} is a scalar, got an array of shape {arr.shape}")
-                out[self.params[name]] = float(arr.reshape(()))
-                continue
-            if len(shape) == 1 and arr.ndim == 2 and 1 in arr.shape:
-                arr = arr.reshape(-1)
-            if len(shape) == 2 and arr.ndim == 1 and sum(d == 1 for d in shape) == 1:
-                # a 1-D array for a declared row (1, d) or column (d, 1): as NumPy's 1-D vectors
-                d = shape[1] if shape[0] == 1 else shape[0]
-                want = d if isinstance(d, int) else sizes.setdefault(d, arr.shape[0])
-                if want != arr.shape[0]:
-                    raise ShapeError(f"{name} has length {arr.shape[0]}, but dimension {d} is {want} "
-                                     f"elsewhere (declared shape {shape})")
-                out[self.params[name]] = arr
-                continue
-            if arr.ndim == len(shape) and any(d == 1 for d in shape):
-                for d, s in zip(shape, arr.shape):
-                    if d == 1 and s != 1:
-                        raise ShapeError(f"{name} must have shape {shape}, got {arr.shape}")
-                squeezed = [s for d, s in zip(shape, arr.shape) if d != 1]
-                out[self.params[name]] = float(arr.reshape(())) if not squeezed else arr.reshape(squeezed)
-                continue
-            if arr.ndim != len(shape):
-                kind = "vector (1-D array)" if len(shape) == 1 else "matrix (2-D array)"
-                raise ShapeError(f"{name} must be a {kind} of shape {shape}, got shape {arr.shape}")
-            for d, s in zip(shape, arr.shape):
-                want = d if isinstance(d, int) else sizes.setdefault(d, s)
-                if want != s:
-                    raise ShapeError(f"{name} has shape {arr.shape}, but dimension {d} is {want} "
-                                     f"elsewhere (declared shape {shape})")
-            out[self.params[name]] = arr
-        return out
-
-    def __call__(self, /, **kwargs):
-        # fast path: float64 arrays of the right ranks under their own names
-        if self._fast and kwargs.keys() == self._keys:
-            nd = self._ndarray
-            for k, d in self._ndims:
-                v = kwargs[k]
-                if d == 0:
-                    if type(v) is not float:
-                        break
-                elif type(v) is not nd or v.ndim != d or v.dtype.kind != "f":
-                    break
-            else:
-                if all(kwargs[k1].shape[a1] == kwargs[k2].shape[a2] for k1, a1, k2, a2 in self._same_dims) \
-                        and all(kwargs[k].shape[a] == d for k, a, d in self._fixed_dims):
-                    return self._f(**kwargs)
-        out = self._f(**self.convert(kwargs))
-        if self._out_shape is not None and any(d == 1 for d in self._out_shape):
-            if self.wrt is not None and len(self._out_shape) == 2 and self._np.ndim(kwargs[self.wrt]) == 1:
-                return self._np.reshape(out, -1)  # given as a 1-D array, returned as one
-            out = self._np.reshape(out, self._concrete_out(kwargs))
-        return out
-
-    wrt = None  # the variable whose gradient this returns (its shape as given is kept)
-
-    def _concrete_out(self, kwargs):
-        np = self._np
-        sizes = {}
-        for name, shape in self.user_shapes.items():
-            given = np.shape(kwargs[name])
-            if len(given) < len(shape):  # a 1-D array for a row or column: skip the 1
-                given = tuple(1 if d == 1 else given[0] for d in shape)
-            for d, s in zip(shape, given):
-                sizes.setdefault(d, s)
-        return tuple(d if isinstance(d, int) else sizes[d] for d in self._out_shape)
 
 
 class Derivation:
@@ -411,59 +289,11 @@ class Derivation:
             from .sympy_bridge import exact_check
 
             return exact_check(self, seed=seed, sizes=sizes, domain=domain)
-        import numpy as np
+        from .check import gradient_check
 
-        from .check import (CheckReport, check_domains, choose_sizes, finite_difference_check, infer_domains,
-                            random_inputs)
-
-        domain = check_domains(domain, self.symbols)
-
-        dims = []
-        for shape in self.user_shapes.values():
-            for d in shape:
-                for f in ir.dim_factors(d) if isinstance(d, str) else ():
-                    if isinstance(f, str) and f not in dims:
-                        dims.append(f)
-        sizes = choose_sizes(dims, sizes)
-        domains = infer_domains(ir.add(self.lam, self._source_expr), self.symbols)
-        for name in self.symmetric:  # a symmetric matrix is drawn symmetric (SPD where it must be)
-            domains[name] = "spd" if domains.get(name) in ("invertible", "invertible_signed", "positive") \
-                else "symmetric"
-        domains.update(domain or {})
-        # λ that only needs X invertible: det X < 0 on every other draw (det > 0 on the others)
-        signed = [k for k, v in domains.items() if v == "invertible_signed" and k not in (domain or {})]
-        rng = np.random.default_rng(seed)
-        worst, total, note, used, zero_draws = 0.0, 0, "", 0, 0
-        for attempt in range(draws + 14):
-            if used >= draws:
-                break
-            this = dict(domains, **{k: "invertible" for k in signed}) if used % 2 == 0 else domains
-            inputs = random_inputs(self.user_shapes, this, sizes, rng)
-            for name in self.symmetric:
-                inputs[name] = (inputs[name] + inputs[name].T) / 2
-            with np.errstate(all="ignore"):
-                value = self.value_function(**inputs)
-            if not np.all(np.isfinite(value)):
-                if attempt >= 2:  # widen the domains once λ keeps failing to be finite
-                    for name, s in self.user_shapes.items():
-                        if domain and name in domain:
-                            continue
-                        domains[name] = "spd" if len(s) == 2 and s[0] == s[1] else "positive"
-                continue
-            with np.errstate(all="ignore"):
-                err, n, msg = finite_difference_check(self.value_function, self._check_function, inputs,
-                                                      self.wrt, rng, symmetric=self.wrt in self.symmetric)
-            if msg == "zero" and zero_draws < 8:  # all zero here (every relu off?): draw again
-                zero_draws += 1
-                continue
-            worst, total, used = max(worst, err), total + n, used + 1
-            if msg == "zero":
-                msg = "the gradient and the finite differences were zero on every draw"
-            note = note or msg
-        if used == 0:
-            return CheckReport(False, float("inf"), tol, sizes, domains, 0, 0,
-                               "λ was not finite on any random draw; pass domain={...}")
-        return CheckReport(worst <= tol, worst, tol, sizes, domains, total, used, note)
+        return gradient_check(self.value_function, self._check_function, self.wrt, self.user_shapes,
+                              self.symbols, ir.add(self.lam, self._source_expr), self.symmetric,
+                              seed=seed, tol=tol, draws=draws, domain=domain, sizes=sizes)
 
     def to_dict(self, check=None) -> dict:
         out = {"wrt": self.wrt, "expr": self.expr, "gradient": self.text, "latex": self.latex,

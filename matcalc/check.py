@@ -249,3 +249,60 @@ def _symmetric_fd(f, G, inputs, wrt, base, rng, h, max_entries, directions):
     # G:V only sees G's symmetric part: the gradient must also be symmetric itself
     err = max(float(np.max(np.abs(fd - an))), float(np.max(np.abs(G - G.T))))
     return err / scale, len(fd), ""
+
+
+def gradient_check(value_function, gradient, wrt: str, user_shapes: dict, symbols: dict, lam,
+                   symmetric=(), seed: int = 0, tol: float = 1e-5, draws: int = 2, domain: dict | None = None,
+                   sizes: dict | None = None) -> CheckReport:
+    """The check policy: ``gradient`` (a function of every symbol) against central finite
+    differences of ``value_function`` on random inputs, each symbol drawn from the domain λ
+    (``lam``, the IR as written) needs; draws where λ is not finite are retried (domains
+    widened after two), draws where everything is zero (every relu off) drawn again."""
+    domain = check_domains(domain, symbols)
+
+    dims = []
+    for shape in user_shapes.values():
+        for d in shape:
+            for f in ir.dim_factors(d) if isinstance(d, str) else ():
+                if isinstance(f, str) and f not in dims:
+                    dims.append(f)
+    sizes = choose_sizes(dims, sizes)
+    domains = infer_domains(lam, symbols)
+    for name in symmetric:  # a symmetric matrix is drawn symmetric (SPD where it must be)
+        domains[name] = "spd" if domains.get(name) in ("invertible", "invertible_signed", "positive") \
+            else "symmetric"
+    domains.update(domain or {})
+    # λ that only needs X invertible: det X < 0 on every other draw (det > 0 on the others)
+    signed = [k for k, v in domains.items() if v == "invertible_signed" and k not in (domain or {})]
+    rng = np.random.default_rng(seed)
+    worst, total, note, used, zero_draws = 0.0, 0, "", 0, 0
+    for attempt in range(draws + 14):
+        if used >= draws:
+            break
+        this = dict(domains, **{k: "invertible" for k in signed}) if used % 2 == 0 else domains
+        inputs = random_inputs(user_shapes, this, sizes, rng)
+        for name in symmetric:
+            inputs[name] = (inputs[name] + inputs[name].T) / 2
+        with np.errstate(all="ignore"):
+            value = value_function(**inputs)
+        if not np.all(np.isfinite(value)):
+            if attempt >= 2:  # widen the domains once λ keeps failing to be finite
+                for name, s in user_shapes.items():
+                    if domain and name in domain:
+                        continue
+                    domains[name] = "spd" if len(s) == 2 and s[0] == s[1] else "positive"
+            continue
+        with np.errstate(all="ignore"):
+            err, n, msg = finite_difference_check(value_function, gradient, inputs,
+                                                  wrt, rng, symmetric=wrt in symmetric)
+        if msg == "zero" and zero_draws < 8:  # all zero here (every relu off?): draw again
+            zero_draws += 1
+            continue
+        worst, total, used = max(worst, err), total + n, used + 1
+        if msg == "zero":
+            msg = "the gradient and the finite differences were zero on every draw"
+        note = note or msg
+    if used == 0:
+        return CheckReport(False, float("inf"), tol, sizes, domains, 0, 0,
+                           "λ was not finite on any random draw; pass domain={...}")
+    return CheckReport(worst <= tol, worst, tol, sizes, domains, total, used, note)

@@ -380,7 +380,7 @@ class _LinearMap:
     @cached_property
     def _gf(self):
         """The dense function wrapped (argument checks and conversion), the module's namespace."""
-        from .api import GradientFunction
+        from .function import GradientFunction
         from .codegen import sanitize
 
         gf = GradientFunction(self.numpy_source, self._fnames["dense"], sanitize(self._params),
@@ -538,7 +538,7 @@ class Jacobian(_LinearMap):
 
     @cached_property
     def value_function(self):
-        from .api import GradientFunction
+        from .function import GradientFunction
         from .codegen import sanitize
 
         return GradientFunction(self.numpy_source, "value", sanitize(self._params), self.user_shapes)
@@ -675,7 +675,7 @@ class Hessian(_LinearMap):
 
     @cached_property
     def gradient_function(self):
-        from .api import GradientFunction
+        from .function import GradientFunction
         from .codegen import sanitize
 
         return GradientFunction(self.numpy_source, self.derivation._grad_source[2],
