@@ -17,6 +17,7 @@ from .printing import to_latex as _to_latex
 from .printing import to_text as _to_text
 from .shapes import typecheck
 from .simplify import simplify, stabilize
+from .optimize import optimize
 from .steplog import Step
 
 
@@ -215,7 +216,8 @@ class Derivation:
         fname = "grad_" + sanitize([self.wrt])[self.wrt].strip("_")
         doc = f"∂λ/∂{self.wrt} for λ = {self.lam_text_short}; shape {self.shape_text}."
         symbols = {k: v for k, v in self.symbols.items() if k in self._params}
-        return function_source(fname, [self._leaves(self.gradient)], self._params, symbols, doc) + (fname,)
+        outputs = optimize([self._leaves(self.gradient)])  # the optimize stage's passes, in order
+        return function_source(fname, outputs, self._params, symbols, doc, optimized=True) + (fname,)
 
     @cached_property
     def function(self) -> GradientFunction:
@@ -232,7 +234,8 @@ class Derivation:
             return self.function
         from .codegen import function_source, module_source
 
-        src, params = function_source("grad", [self.gradient], list(self.user_shapes), self.symbols, "G")
+        src, params = function_source("grad", optimize([self.gradient]), list(self.user_shapes), self.symbols,
+                                      "G", optimized=True)
         return GradientFunction(module_source([src]), "grad", params, self.user_shapes, self.shape)
 
     def source(self, backend: str = "numpy") -> str:
@@ -278,7 +281,8 @@ class Derivation:
         """λ itself as a NumPy function (used by the check); a defined wrt is an argument."""
         from .codegen import function_source, module_source
 
-        src, params = function_source("value", [simplify(self.lam)], list(self.user_shapes), self.symbols, "λ")
+        src, params = function_source("value", optimize([simplify(self.lam)]), list(self.user_shapes),
+                                      self.symbols, "λ", optimized=True)
         return GradientFunction(module_source([src]), "value", params, self.user_shapes)
 
     def check(self, seed: int = 0, tol: float = 1e-5, draws: int = 2, domain: dict | None = None,
@@ -525,8 +529,8 @@ class ValueAndGrad:
             return f"{results[0]}, {{{grads}}}"
 
         doc = f"λ and its gradients wrt {', '.join(names)}, for λ = {first.lam_text_short}."
-        src, params = function_source("value_and_grad", outputs, list(self.user_shapes), self.symbols,
-                                      doc, returns=returns)
+        src, params = function_source("value_and_grad", optimize(outputs), list(self.user_shapes), self.symbols,
+                                      doc, returns=returns, optimized=True)
         self.numpy_source = module_source([src])
         self.function = GradientFunction(self.numpy_source, "value_and_grad", params, self.user_shapes)
         self._emit_args = (outputs, doc, returns)

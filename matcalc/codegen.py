@@ -497,10 +497,11 @@ class Emitter:
 
 
 def function_source(fname: str, outputs: list[Expr], param_names: list[str], syms: dict,
-                    doc: str = "", returns=None) -> tuple[str, dict]:
+                    doc: str = "", returns=None, optimized: bool = False) -> tuple[str, dict]:
     """Source of ``def fname(*, <params>)`` returning the outputs (a tuple if several).
 
-    ``syms`` maps user names to their sym nodes; returns (source, user name -> python name)."""
+    ``syms`` maps user names to their sym nodes; returns (source, user name -> python name).
+    ``optimized``: the outputs already went through ``optimize`` (api runs its passes itself)."""
     params = sanitize(param_names)
     dim_source = {}
     for name in param_names:
@@ -511,7 +512,7 @@ def function_source(fname: str, outputs: list[Expr], param_names: list[str], sym
     from .optimize import optimize
 
     em = Emitter(params, dim_source)
-    results = em.emit(optimize(list(outputs)))
+    results = em.emit(list(outputs) if optimized else optimize(list(outputs)))
     head = [f"def {fname}(*, {', '.join(params[p] for p in param_names)}):"]
     if doc:
         safe = not any(ch in doc for ch in "\\\"'\n")

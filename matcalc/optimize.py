@@ -116,7 +116,10 @@ def _apply_scalars(e: Expr, scalars: list) -> Expr:
 _use_counts = ir.use_counts
 
 
-def optimize(outputs: list) -> list:
+def order_products(outputs: list) -> list:
+    """The order of every matrix chain (with its scalar factors on the smallest operand),
+    inv(A)b as a solve where the inverse is needed nowhere else, A(I + B) distributed where
+    cheaper."""
     uses = _use_counts(outputs)
     inv_uses = {}
     for n, k in uses.items():
@@ -195,9 +198,25 @@ def optimize(outputs: list) -> list:
                 return ir.add(*terms)
         return None
 
-    outputs = _rebuild(outputs, _stable_form)
-    outputs = _share_products(_rebuild([opt(o) for o in outputs], _row_as_column))
-    return _split_sums(_expm1_log1p(_reuse_sums(_sigmoid_from_softplus(outputs))))
+    return [opt(o) for o in outputs]
+
+
+def stable_forms(outputs: list) -> list:
+    """log(c + eᶻ) and eᶻ/(c + eᶻ) through softplus and sigmoid (see _stable_form)."""
+    return _rebuild(outputs, _stable_form)
+
+
+def rows_as_columns(outputs: list) -> list:
+    """xᵀA as (Aᵀx)ᵀ (see _row_as_column)."""
+    return _rebuild(outputs, _row_as_column)
+
+
+def optimize(outputs: list, passes=None) -> list:
+    """The outputs rewritten for evaluation by each pass of ``passes`` (default ``PASSES``)
+    in order; every pass is an identity on values, so any subset gives the same numbers."""
+    for p in PASSES if passes is None else passes:
+        outputs = p(list(outputs))
+    return outputs
 
 
 def _c_plus_exp(e: Expr):
@@ -393,3 +412,8 @@ def _reuse_sums(outputs: list) -> list:
         return e
 
     return _rebuild(outputs, fn)
+
+
+# the rewrites ``optimize`` runs, in order: each takes and returns the list of outputs
+PASSES = (stable_forms, order_products, rows_as_columns, _share_products, _sigmoid_from_softplus,
+          _reuse_sums, _expm1_log1p, _split_sums)
