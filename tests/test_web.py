@@ -657,3 +657,78 @@ def test_browser_wrt_can_be_typed_when_the_variables_are_not_listed(page, server
     page.fill("#wrt-text", "X, W")
     _wait_for_gradient(page, "X", "G@W.T")
     assert page.locator(".card").count() == 2
+
+
+def _wait_for_text(page, selector, text, timeout=20000):
+    page.wait_for_function(
+        "([s, t]) => { const e = document.querySelector(s); return e && e.textContent === t; }",
+        arg=[selector, text], timeout=timeout)
+
+
+def test_browser_hessian_mode_on_the_quadratic_form(page, server):
+    h = matcalc.hessian("x.T@A@x", "x")
+    page.goto(server.url)
+    page.wait_for_selector(".card .result .katex", timeout=20000)  # the first example
+    labels = page.locator("#examples option").all_text_contents()
+    page.select_option("#examples", str(labels.index("quadratic form") - 1))
+    _wait_for_gradient(page, "x", matcalc.derive("x.T@A@x", wrt="x").text)
+    # the gradient's code in three tabs
+    tabs = page.locator(".card[data-wrt='x'] .tabs button")
+    assert tabs.all_text_contents() == ["NumPy", "PyTorch", "JAX"]
+    tabs.nth(1).click()
+    assert "import torch" in page.locator(".card[data-wrt='x'] .source").text_content()
+    page.check("input[name=mode][value=hessian]")
+    card = page.locator(".card[data-mode='hessian'][data-wrt='x']")
+    _wait_for_text(page, ".card[data-mode='hessian'][data-wrt='x'] .gradient-text", h.text)
+    # H[dx] typeset, and its Kronecker (vec) form A + Aᵀ typeset under it
+    assert card.locator(".result annotation").text_content() == f"H[\\mathrm{{d}}x] = {h.latex}"
+    vec = card.locator(".vec annotation").text_content()
+    assert vec.endswith(f"= {h.kron_latex}") and "A^{\\top}" in vec and "\\operatorname{vec}" in vec
+    assert card.locator(".vec .katex").count() == 1
+    assert "the dense Hessian is a×a" in card.locator(".shape").text_content()
+    steps = card.locator(".steps-text").text_content()
+    for st in h.steps:
+        assert f"[{st.identity}]" in steps
+    assert card.locator(".tabs button").all_text_contents() == ["NumPy"]
+    assert "def hvp_x" in card.locator(".source").text_content()
+    assert "mode=hessian" in page.url
+    _shot(page, "hessian.png")
+    page.click("#check")
+    page.wait_for_selector(".card[data-mode='hessian'] .check-result.ok", timeout=20000)
+    # the permalink reopens the Hessian
+    page.goto(page.url)
+    _wait_for_text(page, ".card[data-mode='hessian'][data-wrt='x'] .gradient-text", h.text)
+    assert page.is_checked("input[name=mode][value=hessian]")
+
+
+def test_browser_hessian_of_an_array_points_to_the_jacobian(page, server):
+    page.goto(server.url + "?mode=hessian&expr=" + quote("A@X@B") + "&wrt=X")
+    page.wait_for_selector("#error:not([hidden])", timeout=20000)
+    shown = page.locator("#error-text").text_content()
+    with pytest.raises(matcalc.MatcalcError) as err:
+        matcalc.hessian("A@X@B", "X")
+    assert shown == str(err.value) and "^" in shown.splitlines()[-1]
+    _shot(page, "hessian-refused.png")
+    page.click("#to-jacobian")
+    j = matcalc.jacobian("A@X@B", "X")
+    _wait_for_text(page, ".card[data-mode='jacobian'][data-wrt='X'] .gradient-text", j.text)
+    card = page.locator(".card[data-mode='jacobian']")
+    assert card.locator(".vec annotation").text_content().endswith(f"= {j.kron_latex}")
+    assert "mode=jacobian" in page.url
+    assert page.locator("#error").is_hidden()
+    _shot(page, "jacobian.png")
+
+
+def test_browser_second_order_examples(page, server):
+    page.goto(server.url)
+    page.wait_for_selector(".card .result .katex", timeout=20000)
+    labels = page.locator("#examples option").all_text_contents()
+    page.select_option("#examples", str(labels.index("Jacobian of softmax") - 1))
+    j = matcalc.jacobian("softmax(x)", "x")
+    _wait_for_text(page, ".card[data-mode='jacobian'][data-wrt='x'] .gradient-text", j.text)
+    assert page.is_checked("input[name=mode][value=jacobian]")
+    assert page.locator("#lhs-label").text_content() == "F ="
+    page.select_option("#examples", str(labels.index("Hessian of logdet X") - 1))
+    h = matcalc.hessian("logdet(X)", "X")
+    _wait_for_text(page, ".card[data-mode='hessian'][data-wrt='X'] .gradient-text", h.text)
+    assert "K_{" in page.locator(".card .vec annotation").text_content()

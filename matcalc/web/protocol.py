@@ -268,7 +268,8 @@ def answer(kind: str, p: dict):
     if kind == "symbols":
         from ..api import _typed, _typed_any, shape_str
 
-        typer = _typed_any if p.get("mode") == "jacobian" else _typed
+        # a Hessian refuses an array-valued F itself, pointing to the Jacobian
+        typer = _typed_any if p.get("mode") in ("hessian", "jacobian") else _typed
         if extra and "syntax" not in inspect.signature(typer).parameters:
             return {"symbols": [], "definitions": list(p["definitions"] or {})}
         typed = typer(p["expr"], p["shapes"], p["definitions"], **extra)

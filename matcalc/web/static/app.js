@@ -245,8 +245,7 @@
         `the dense matrix comes from the ${mode === "hessian" ? "Hessian-vector" : "Jacobian-vector"} products`;
       none.hidden = false;
     }
-    const [rows, cols] = obj.matrix_shape.map(String);
-    card.querySelector(".shape").textContent = `matrix ${rows} × ${cols}: ${obj.shape_reason}`;
+    card.querySelector(".shape").textContent = obj.shape_reason;  // it names the dense matrix's shape
     const text = obj[mode];
     card.querySelector(".gradient-text").textContent = text;
     copyButton(card.querySelector(".copy-text"), () => text);
