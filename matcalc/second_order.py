@@ -377,6 +377,14 @@ class _LinearMap:
         parts.append(helper_src + dsrc)
         return module_source(parts)
 
+    def source(self, backend: str = "numpy") -> str:
+        """The module for ``backend``: ``"numpy"`` (``numpy_source``), or ``"torch"``/``"jax"``:
+        the products (``hvp_W``; ``value``, ``jvp_W``, ``vjp_W``) in the framework's own
+        operations (``matcalc.second_order_source``; the dense matrix stays NumPy's)."""
+        from .second_order_source import source
+
+        return source(self, backend)
+
     @cached_property
     def _gf(self):
         """The dense function wrapped (argument checks and conversion), the module's namespace."""
@@ -941,6 +949,9 @@ def add_cli_parsers(sub) -> None:
         p.add_argument("--kron", action="store_true",
                        help="print the vec form: vec(d·) = J vec(dW) with kron, vec, Diag, K_pq, I_n")
         p.add_argument("--code", action="store_true", help="print the NumPy module (product, dense matrix)")
+        p.add_argument("--backend", default="numpy", metavar="numpy|torch|jax",
+                       help="the framework of --code (and of --json's source): torch and jax get the "
+                       "products only, in their own operations")
         p.add_argument("--check", action="store_true",
                        help="check against finite differences (exit 1 if it fails)")
         p.add_argument("--json", action="store_true", help="print one JSON object per variable (block)")
@@ -963,15 +974,17 @@ def compute(kind: str, expr: str, wrt: list, shapes: dict, definitions):
     return results, notes
 
 
-def json_object(r, report=None, key=None, notes=()) -> dict:
+def json_object(r, report=None, key=None, notes=(), backend: str = "numpy") -> dict:
     """What ``matcalc hessian|jacobian --json`` prints for one variable (block): ``r.to_dict``
     plus the LaTeX of the left-hand sides (``lhs_latex``: H[dW] or dF; ``vec_lhs_latex``),
     ``wrt_latex``, the derivation as LaTeX (``steps_latex``) and text lines (``derivation``),
-    and ``notes`` (the Jacobian of a scalar) when there are any. Non-finite numbers of the
-    check become null (strict JSON)."""
+    ``notes`` (the Jacobian of a scalar) when there are any, and ``<backend>_source`` for
+    ``--backend`` torch or jax. Non-finite numbers of the check become null (strict JSON)."""
     import math
 
     obj = r.to_dict(report)
+    if backend != "numpy":
+        obj[f"{backend}_source"] = r.source(backend)
     if isinstance(key, tuple) and key[0] != key[1]:
         obj["wrt"] = list(key)
     obj["wrt_latex"] = tex_name(r.wrt)
@@ -996,6 +1009,13 @@ def run_cli(args) -> int:
     from .errors import MatcalcError
 
     try:
+        if args.backend != "numpy":
+            from .backends import check_backend
+
+            check_backend(args.backend)
+            if not (args.code or args.json):
+                raise DeriveError("--backend chooses the framework of --code (or of --json's "
+                                  "source); add --code")
         shapes = parse_shapes(args.shape)
         lets = parse_lets(args.let) or None
         # the module is emitted now: a refusal of the emitted code is a refusal, not a crash later
@@ -1012,7 +1032,7 @@ def run_cli(args) -> int:
         if report is not None and not report.ok:
             status = EXIT_CHECK_FAILED
         if args.json:
-            obj = json_object(r, report, key, notes)
+            obj = json_object(r, report, key, notes, args.backend)
             out.append(json.dumps(obj, ensure_ascii=False))
             continue
         if len(results) > 1:
@@ -1034,7 +1054,7 @@ def run_cli(args) -> int:
             if args.steps:
                 out.append(r.steps_latex)
         if args.code:
-            out.append(r.numpy_source.rstrip())
+            out.append(r.source(args.backend).rstrip())
         if report is not None:
             out.append(str(report))
     print("\n".join(out))

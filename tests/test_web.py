@@ -411,7 +411,8 @@ def test_second_order_refusals_are_the_cli_messages_with_the_caret(client, kind,
 
 
 @pytest.mark.parametrize("path,body,needle", [
-    ("/api/hessian", {"expr": "x:x", "wrt": "x", "backends": ["torch"]}, "unknown key 'backends'"),
+    ("/api/symbols", {"expr": "x:x", "backends": ["torch"]}, "unknown key 'backends'"),
+    ("/api/jacobian", {"expr": "A@x", "wrt": "x", "backends": ["cupy"]}, "unknown backend 'cupy'"),
     ("/api/hessian", {"expr": "x:x"}, "wrt is missing"),
     ("/api/derive", {"expr": "x:x", "wrt": "x", "backends": ["tensorflow"]}, "unknown backend 'tensorflow'"),
     ("/api/derive", {"expr": "x:x", "wrt": "x", "backends": {"torch": 1}}, "backends must be"),
@@ -689,8 +690,11 @@ def test_browser_hessian_mode_on_the_quadratic_form(page, server):
     steps = card.locator(".steps-text").text_content()
     for st in h.steps:
         assert f"[{st.identity}]" in steps
-    assert card.locator(".tabs button").all_text_contents() == ["NumPy"]
+    assert card.locator(".tabs button").all_text_contents() == ["NumPy", "PyTorch", "JAX"]
     assert "def hvp_x" in card.locator(".source").text_content()
+    card.locator(".tabs button").nth(2).click()
+    assert "def hvp_x(dx, /, *, x, A):" in card.locator(".source").text_content()
+    assert "import jax" in card.locator(".source").text_content()
     assert "mode=hessian" in page.url
     _shot(page, "hessian.png")
     page.click("#check")
@@ -732,3 +736,18 @@ def test_browser_second_order_examples(page, server):
     h = matcalc.hessian("logdet(X)", "X")
     _wait_for_text(page, ".card[data-mode='hessian'][data-wrt='X'] .gradient-text", h.text)
     assert "K_{" in page.locator(".card .vec annotation").text_content()
+
+
+@pytest.mark.parametrize("kind,expr,wrt", [("hessian", "sum(exp(W@x))", "x"), ("jacobian", "softmax(W@x)", "W")])
+def test_second_order_backends_are_the_cli_backend_sources(client, kind, expr, wrt):
+    for backend in ("torch", "jax"):
+        r, cli = _cli_second(kind, expr, [wrt], {}, "--backend", backend)
+        assert r.returncode == 0, r.stderr
+        resp = client.post(f"/api/{kind}", json={"expr": expr, "wrt": wrt, "backends": [backend]})
+        assert resp.status_code == 200, resp.text
+        assert resp.json() == cli
+        src = cli[0][f"{backend}_source"]
+        assert f"def {'hvp' if kind == 'hessian' else 'jvp'}_{wrt}(d{wrt}, /, *" in src
+        compile(src, "<emitted>", "exec")
+    both = client.post(f"/api/{kind}", json={"expr": expr, "wrt": wrt, "backends": ["torch", "jax"]}).json()
+    assert "import torch" in both[0]["torch_source"] and "import jax" in both[0]["jax_source"]

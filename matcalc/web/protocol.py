@@ -24,7 +24,8 @@ LIMITS = {
 KEYS = ("expr", "wrt", "shapes", "definitions", "syntax", "check")
 #: Keys only some questions take: derive's ``backends`` (torch/jax source besides NumPy's, as
 #: the CLI's --backend), symbols' ``mode`` (a Jacobian's F need not be a scalar).
-EXTRA_KEYS = {"derive": ("backends",), "symbols": ("mode",)}
+EXTRA_KEYS = {"derive": ("backends",), "hessian": ("backends",), "jacobian": ("backends",),
+              "symbols": ("mode",)}
 #: What the page can ask: the gradient (/api/derive), the Hessian and the Jacobian.
 MODES = ("gradient", "hessian", "jacobian")
 BACKENDS = ("torch", "jax")
@@ -204,7 +205,7 @@ def derive_params(payload, need_wrt: bool = True, kind: str = "derive") -> dict:
     out = {"expr": expr, "wrt": _wrt(payload.get("wrt"), need_wrt), "shapes": _shapes(payload.get("shapes")),
            "definitions": _definitions(payload.get("definitions")), "syntax": _syntax(payload.get("syntax")),
            "check": check}
-    if kind == "derive":
+    if kind in ("derive", "hessian", "jacobian"):
         out["backends"] = _backends(payload.get("backends"))
     if kind in ("hessian", "jacobian") and out["syntax"] is not None:
         raise RequestError(f"the {kind} reads matcalc syntax only; syntax {out['syntax']!r} "
@@ -237,8 +238,18 @@ def _second_order(kind: str, p: dict):
     from .. import second_order
 
     results, notes = second_order.compute(kind, p["expr"], list(p["wrt"]), p["shapes"], p["definitions"])
-    return [second_order.json_object(r, r.check() if p["check"] else None, key, notes)
-            for key, r in results.items()]
+    backends = list(p.get("backends") or [])
+    first = backends[0] if backends else "numpy"
+    out = []
+    for key, r in results.items():
+        report = r.check() if p["check"] else None
+        try:
+            obj = second_order.json_object(r, report, key, notes, first)
+        except MatcalcError as e:  # the first backend's source could not be written
+            obj = second_order.json_object(r, report, key, notes)
+            obj[f"{first}_error"] = str(e)
+        out.append(_backend_sources(r, obj, backends))
+    return out
 
 
 def answer(kind: str, p: dict):

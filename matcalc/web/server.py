@@ -8,6 +8,7 @@
                          (+ "backends": ["torch", "jax"] adds ``torch_source``/``jax_source``)
     POST /api/hessian    the same keys -> what ``matcalc hessian --json`` prints, as a list
     POST /api/jacobian   the same keys -> what ``matcalc jacobian --json`` prints, as a list
+                         (backends: the products hvp/jvp/vjp in torch/jax, as ``--backend``)
     POST /api/symbols    {"expr", "shapes", "definitions", "syntax", "mode"} -> the variables to pick wrt from
 
 A refusal is HTTP 400 ``{"error": message}`` (the CLI's message, caret and all, plus ``kind``

@@ -105,7 +105,7 @@
       }
       updateWrt(sym.data.symbols || []);
       const body = Object.assign({}, q, { wrt: state.selected, check: !!check });
-      if (mode === "gradient") body.backends = ["torch", "jax"];  // the PyTorch and JAX tabs
+      body.backends = ["torch", "jax"];  // the PyTorch and JAX tabs
       const res = await post(ENDPOINTS[mode], body, controller.signal);
       if (seq !== state.seq) return;
       if (!res.ok) {
