@@ -377,6 +377,14 @@ class _LinearMap:
         parts.append(helper_src + dsrc)
         return module_source(parts)
 
+    def source(self, backend: str = "numpy") -> str:
+        """The module for ``backend``: ``"numpy"`` (``numpy_source``), or ``"torch"``/``"jax"``:
+        the products (``hvp_W``; ``value``, ``jvp_W``, ``vjp_W``) in the framework's own
+        operations (``matcalc.second_order_source``; the dense matrix stays NumPy's)."""
+        from .second_order_source import source
+
+        return source(self, backend)
+
     @cached_property
     def _gf(self):
         """The dense function wrapped (argument checks and conversion), the module's namespace."""
@@ -941,9 +949,56 @@ def add_cli_parsers(sub) -> None:
         p.add_argument("--kron", action="store_true",
                        help="print the vec form: vec(d·) = J vec(dW) with kron, vec, Diag, K_pq, I_n")
         p.add_argument("--code", action="store_true", help="print the NumPy module (product, dense matrix)")
+        p.add_argument("--backend", default="numpy", metavar="numpy|torch|jax",
+                       help="the framework of --code (and of --json's source): torch and jax get the "
+                       "products only, in their own operations")
         p.add_argument("--check", action="store_true",
                        help="check against finite differences (exit 1 if it fails)")
         p.add_argument("--json", action="store_true", help="print one JSON object per variable (block)")
+
+
+def compute(kind: str, expr: str, wrt: list, shapes: dict, definitions):
+    """``(results, notes)`` as ``matcalc hessian|jacobian`` computes them (``matcalc serve``'s
+    endpoints too): ``results`` maps a name (a pair for Hessian blocks) to its Jacobian or
+    Hessian, with the NumPy module already emitted (a refusal of the emitted code is a refusal),
+    ``notes`` the NotationWarnings (the Jacobian of a scalar) as text."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", NotationWarning)
+        if kind == "jacobian":
+            results = jacobian(expr, wrt=list(wrt), shapes=shapes, definitions=definitions)
+        else:
+            results = hessian(expr, wrt=list(wrt), shapes=shapes, definitions=definitions)
+    notes = [str(w.message) for w in caught if issubclass(w.category, NotationWarning)]
+    for r in results.values():
+        r.numpy_source  # noqa: B018
+    return results, notes
+
+
+def json_object(r, report=None, key=None, notes=(), backend: str = "numpy") -> dict:
+    """What ``matcalc hessian|jacobian --json`` prints for one variable (block): ``r.to_dict``
+    plus the LaTeX of the left-hand sides (``lhs_latex``: H[dW] or dF; ``vec_lhs_latex``),
+    ``wrt_latex``, the derivation as LaTeX (``steps_latex``) and text lines (``derivation``),
+    ``notes`` (the Jacobian of a scalar) when there are any, and ``<backend>_source`` for
+    ``--backend`` torch or jax. Non-finite numbers of the check become null (strict JSON)."""
+    import math
+
+    obj = r.to_dict(report)
+    if backend != "numpy":
+        obj[f"{backend}_source"] = r.source(backend)
+    if isinstance(key, tuple) and key[0] != key[1]:
+        obj["wrt"] = list(key)
+    obj["wrt_latex"] = tex_name(r.wrt)
+    obj["lhs_latex"] = (f"H[\\mathrm{{d}}{tex_name(r.wrt)}]" if r.kind == "hessian" else "\\mathrm{d}F")
+    obj["vec_lhs_latex"] = r._vec_lhs_latex()
+    obj["steps_latex"] = r.steps_latex
+    obj["derivation"] = r.derivation_lines()
+    if notes:
+        obj["notes"] = list(notes)
+    check = obj.get("check")
+    if isinstance(check, dict):
+        obj["check"] = {k: None if isinstance(v, float) and not math.isfinite(v) else v
+                        for k, v in check.items()}
+    return obj
 
 
 def run_cli(args) -> int:
@@ -954,20 +1009,19 @@ def run_cli(args) -> int:
     from .errors import MatcalcError
 
     try:
+        if args.backend != "numpy":
+            from .backends import check_backend
+
+            check_backend(args.backend)
+            if not (args.code or args.json):
+                raise DeriveError("--backend chooses the framework of --code (or of --json's "
+                                  "source); add --code")
         shapes = parse_shapes(args.shape)
         lets = parse_lets(args.let) or None
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", NotationWarning)
-            if args.command == "jacobian":
-                results = jacobian(args.expr, wrt=list(args.wrt), shapes=shapes, definitions=lets)
-            else:
-                results = hessian(args.expr, wrt=list(args.wrt), shapes=shapes, definitions=lets)
-        for w in caught:
-            if issubclass(w.category, NotationWarning):
-                print(f"matcalc: note: {w.message}", file=sys.stderr)
-        # compile now: a refusal of the emitted code is a refusal, not a crash later
-        for r in results.values():
-            r.numpy_source  # noqa: B018
+        # the module is emitted now: a refusal of the emitted code is a refusal, not a crash later
+        results, notes = compute(args.command, args.expr, args.wrt, shapes, lets)
+        for note in notes:
+            print(f"matcalc: note: {note}", file=sys.stderr)
     except MatcalcError as e:
         print(f"matcalc: {e}", file=sys.stderr)
         return EXIT_REFUSED
@@ -978,9 +1032,7 @@ def run_cli(args) -> int:
         if report is not None and not report.ok:
             status = EXIT_CHECK_FAILED
         if args.json:
-            obj = r.to_dict(report)
-            if isinstance(key, tuple) and key[0] != key[1]:
-                obj["wrt"] = list(key)
+            obj = json_object(r, report, key, notes, args.backend)
             out.append(json.dumps(obj, ensure_ascii=False))
             continue
         if len(results) > 1:
@@ -1002,7 +1054,7 @@ def run_cli(args) -> int:
             if args.steps:
                 out.append(r.steps_latex)
         if args.code:
-            out.append(r.numpy_source.rstrip())
+            out.append(r.source(args.backend).rstrip())
         if report is not None:
             out.append(str(report))
     print("\n".join(out))

@@ -1,6 +1,7 @@
 """matcalc serve: the JSON endpoint against the CLI, refusals, limits, a real server under load
 and the page in a real browser (headless Chromium through Playwright; skipped without them)."""
 import inspect
+import re
 import json
 import os
 import shutil
@@ -12,10 +13,11 @@ import warnings
 from collections import defaultdict
 from urllib.parse import quote
 
+import numpy as np
 import pytest
 
 import matcalc
-from conftest import load_corpus
+from conftest import HERE, case_inputs, load_corpus, np_eval
 from webutil import ARTIFACTS, ROOT, RunningServer
 
 pytest.importorskip("starlette")
@@ -263,15 +265,26 @@ def test_page_assets_are_all_served_from_here(client):
         assert client.get("/static/katex/" + font).status_code == 200, font
 
 
+ENDPOINT = {"gradient": "/api/derive", "hessian": "/api/hessian", "jacobian": "/api/jacobian"}
+
+
 def test_info_lists_the_examples_and_each_derives(client):
     info = client.get("/api/info").json()
     names = " ".join(e["name"] for e in info["examples"]).lower()
     for word in ("vae", "relu", "linear", "torch", "least squares", "logdet"):
         assert word in names
+    second = {(e.get("mode"), e["expr"]) for e in info["examples"]}
+    for q in [("hessian", "x.T@A@x"), ("hessian", "norm2(X@W - Y)**2"), ("hessian", "logdet(X)"),
+              ("jacobian", "softmax(x)"), ("jacobian", "A@X@B")]:
+        assert q in second
+    assert info["modes"] == ["gradient", "hessian", "jacobian"]
     for ex in info["examples"]:
-        r = client.post("/api/derive", json={k: ex[k] for k in ("expr", "wrt", "shapes") if k in ex})
+        mode = ex.get("mode", "gradient")
+        r = client.post(ENDPOINT[mode], json={k: ex[k] for k in ("expr", "wrt", "shapes") if k in ex})
         assert r.status_code == 200, (ex, r.text)
         assert [o["wrt"] for o in r.json()] == ex["wrt"]
+        if mode != "gradient":
+            assert all(o["kron"] and o[mode] for o in r.json())
 
 
 def test_other_hosts_and_other_sites_are_refused():
@@ -315,6 +328,137 @@ def test_serve_refuses_a_port_in_use():
     assert r.returncode == 2
     assert f"127.0.0.1:{port}" in r.stderr and "--port" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+# ---- Hessians, Jacobians and the torch/jax sources
+
+SECOND = json.loads((HERE / "data" / "second_order_public.json").read_text(encoding="utf-8"))
+
+
+def _cli_second(kind, expr, wrt, shapes, *extra):
+    args = [sys.executable, "-m", "matcalc", kind, expr, *extra]
+    for w in wrt:
+        args += ["--wrt", w]
+    for name, shape in shapes.items():
+        args += ["--shape", f"{name}=" + (",".join(map(str, shape)) if shape else "scalar")]
+    r = subprocess.run(args + ["--json"], capture_output=True, text=True, timeout=120)
+    return r, [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("case", SECOND, ids=[c["id"] for c in SECOND])
+def test_second_order_endpoint_returns_exactly_the_cli_json(client, case):
+    kind = case["kind"]
+    r, cli = _cli_second(kind, case["expr"], [case["wrt"]], case["shapes"], "--check")
+    assert r.returncode == 0, r.stderr
+    resp = client.post(f"/api/{kind}", json={"expr": case["expr"], "wrt": case["wrt"], "shapes": case["shapes"],
+                                             "check": True})
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert body == cli
+    (o,) = body
+    assert o["wrt"] == case["wrt"] and o["check"]["ok"] is True
+    assert o["steps_latex"].startswith("\\begin{aligned}") and o["derivation"]
+    # the dense matrix of the module the endpoint returned, against the corpus' closed form
+    ns = {}
+    exec(compile(o["numpy_source"], "<endpoint>", "exec"), ns)  # noqa: S102 - matcalc's own output
+    inputs = case_inputs(case)
+    got = ns[f"{kind}_{case['wrt']}"](**{k: np.asarray(v, dtype=float) for k, v in inputs.items()})
+    want = np_eval(case["reference"], inputs)
+    assert got.shape == want.shape
+    assert np.allclose(got, want, rtol=1e-9, atol=1e-9)
+
+
+def test_hessian_blocks_and_kronecker_forms_match_the_closed_forms(client):
+    r = client.post("/api/hessian", json={"expr": "norm2(X@W - Y)**2", "wrt": "W", "shapes": "X=n,d; W=d,m"})
+    assert r.status_code == 200, r.text
+    (o,) = r.json()
+    assert (o["hessian"], o["kron"], o["matrix_shape"]) == ("2*X.T@X@dW", "kron(I_m, 2*X.T@X)", ["d*m", "d*m"])
+    r = client.post("/api/jacobian", json={"expr": "A@X@B", "wrt": ["X"]})
+    assert r.json()[0]["kron"] == "kron(B.T, A)"
+    # two variables: four blocks, keyed by the ordered pair where it is not a diagonal block
+    r = client.post("/api/hessian", json={"expr": "G:(X@W)", "wrt": ["X", "W"], "shapes": {"X": ["n", "d"]}})
+    assert r.status_code == 200, r.text
+    assert [o["wrt"] for o in r.json()] == ["X", ["X", "W"], ["W", "X"], "W"]
+
+
+def test_jacobian_of_a_scalar_carries_the_cli_note(client):
+    r, cli = _cli_second("jacobian", "x:x", ["x"], {})
+    assert r.returncode == 0 and "1×N row" in r.stderr
+    resp = client.post("/api/jacobian", json={"expr": "x:x", "wrt": "x"})
+    assert resp.json() == cli
+    assert "1×N row" in cli[0]["notes"][0]
+    assert cli[0]["matrix_shape"] == [1, "a"]
+
+
+@pytest.mark.parametrize("kind,expr,wrt,needle", [
+    ("hessian", "A@X", "X", "use jacobian"),           # not a scalar: points to the Jacobian
+    ("hessian", "x.T@A@x", "y", "'y' does not occur"),
+    ("jacobian", "softmax(X@@x)", "x", "^"),           # a parse error, with its caret
+    ("jacobian", "A@x + B", "x", "^"),                 # ill-shaped
+])
+def test_second_order_refusals_are_the_cli_messages_with_the_caret(client, kind, expr, wrt, needle):
+    r = subprocess.run([sys.executable, "-m", "matcalc", kind, expr, "--wrt", wrt],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    resp = client.post(f"/api/{kind}", json={"expr": expr, "wrt": wrt})
+    assert resp.status_code == 400
+    body = resp.json()
+    assert needle in body["error"] and "Traceback" not in body["error"]
+    assert r.stderr.strip() == "matcalc: " + body["error"].strip()
+    if body["column"] is not None:
+        line, caret = body["error"].splitlines()[-2:]
+        assert line.strip() == expr and caret.index("^") - 1 == body["column"]
+
+
+@pytest.mark.parametrize("path,body,needle", [
+    ("/api/symbols", {"expr": "x:x", "backends": ["torch"]}, "unknown key 'backends'"),
+    ("/api/jacobian", {"expr": "A@x", "wrt": "x", "backends": ["cupy"]}, "unknown backend 'cupy'"),
+    ("/api/hessian", {"expr": "x:x"}, "wrt is missing"),
+    ("/api/derive", {"expr": "x:x", "wrt": "x", "backends": ["tensorflow"]}, "unknown backend 'tensorflow'"),
+    ("/api/derive", {"expr": "x:x", "wrt": "x", "backends": {"torch": 1}}, "backends must be"),
+    ("/api/derive", {"expr": "x:x", "wrt": "x", "mode": "hessian"}, "unknown key 'mode'"),
+    ("/api/symbols", {"expr": "x:x", "mode": "hessain"}, "mode must be one of"),
+])
+def test_malformed_second_order_and_backend_requests_are_400(client, path, body, needle):
+    resp = client.post(path, json=body)
+    assert resp.status_code == 400
+    assert needle in resp.json()["error"]
+
+
+def test_symbols_of_an_array_valued_expression_in_jacobian_mode(client):
+    r = client.post("/api/symbols", json={"expr": "A@X@B", "mode": "jacobian", "shapes": "X=p,q"})
+    assert r.status_code == 200, r.text
+    assert [(s["name"], s["shape"]) for s in r.json()["symbols"]] == [("A", ["a", "p"]), ("X", ["p", "q"]),
+                                                                        ("B", ["q", "b"])]
+    r = client.post("/api/symbols", json={"expr": "A@X@B"})  # the gradient needs a scalar
+    assert r.status_code == 400 and "must be a scalar" in r.json()["error"]
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_backends_add_the_cli_backend_source(client, backend):
+    expr = "G:exp(X@W)"
+    r, cli = _cli_json(expr, ["X", "W"], {}, "--backend", backend)
+    assert r.returncode == 0, r.stderr
+    resp = client.post("/api/derive", json={"expr": expr, "wrt": ["X", "W"], "backends": [backend]})
+    assert resp.status_code == 200, resp.text
+    assert resp.json() == cli
+    src = cli[0][f"{backend}_source"]
+    assert f"import {backend}" in src and "import numpy" not in src and not re.search(r"\bnp\.", src)
+    compile(src, "<emitted>", "exec")
+
+
+def test_both_backends_at_once_without_either_installed():
+    # the sources are text: writing them needs neither torch nor jax
+    code = ("import sys, json; sys.modules['torch'] = None; sys.modules['jax'] = None\n"
+            "from matcalc.web.protocol import answer, derive_params\n"
+            "p = derive_params({'expr': 'sum(tanh(W@x))', 'wrt': 'W', 'backends': ['torch', 'jax']})\n"
+            "print(json.dumps(answer('derive', p)))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    (o,) = json.loads(r.stdout)
+    assert "torch.tanh" in o["torch_source"] and "jnp.tanh" in o["jax_source"]
+    assert "def grad_W" in o["numpy_source"]
+    assert not [k for k in o if k.endswith("_error")]
 
 
 # ---- a real server
@@ -514,3 +658,96 @@ def test_browser_wrt_can_be_typed_when_the_variables_are_not_listed(page, server
     page.fill("#wrt-text", "X, W")
     _wait_for_gradient(page, "X", "G@W.T")
     assert page.locator(".card").count() == 2
+
+
+def _wait_for_text(page, selector, text, timeout=20000):
+    page.wait_for_function(
+        "([s, t]) => { const e = document.querySelector(s); return e && e.textContent === t; }",
+        arg=[selector, text], timeout=timeout)
+
+
+def test_browser_hessian_mode_on_the_quadratic_form(page, server):
+    h = matcalc.hessian("x.T@A@x", "x")
+    page.goto(server.url)
+    page.wait_for_selector(".card .result .katex", timeout=20000)  # the first example
+    labels = page.locator("#examples option").all_text_contents()
+    page.select_option("#examples", str(labels.index("quadratic form") - 1))
+    _wait_for_gradient(page, "x", matcalc.derive("x.T@A@x", wrt="x").text)
+    # the gradient's code in three tabs
+    tabs = page.locator(".card[data-wrt='x'] .tabs button")
+    assert tabs.all_text_contents() == ["NumPy", "PyTorch", "JAX"]
+    tabs.nth(1).click()
+    assert "import torch" in page.locator(".card[data-wrt='x'] .source").text_content()
+    page.check("input[name=mode][value=hessian]")
+    card = page.locator(".card[data-mode='hessian'][data-wrt='x']")
+    _wait_for_text(page, ".card[data-mode='hessian'][data-wrt='x'] .gradient-text", h.text)
+    # H[dx] typeset, and its Kronecker (vec) form A + Aᵀ typeset under it
+    assert card.locator(".result annotation").text_content() == f"H[\\mathrm{{d}}x] = {h.latex}"
+    vec = card.locator(".vec annotation").text_content()
+    assert vec.endswith(f"= {h.kron_latex}") and "A^{\\top}" in vec and "\\operatorname{vec}" in vec
+    assert card.locator(".vec .katex").count() == 1
+    assert "the dense Hessian is a×a" in card.locator(".shape").text_content()
+    steps = card.locator(".steps-text").text_content()
+    for st in h.steps:
+        assert f"[{st.identity}]" in steps
+    assert card.locator(".tabs button").all_text_contents() == ["NumPy", "PyTorch", "JAX"]
+    assert "def hvp_x" in card.locator(".source").text_content()
+    card.locator(".tabs button").nth(2).click()
+    assert "def hvp_x(dx, /, *, x, A):" in card.locator(".source").text_content()
+    assert "import jax" in card.locator(".source").text_content()
+    assert "mode=hessian" in page.url
+    _shot(page, "hessian.png")
+    page.click("#check")
+    page.wait_for_selector(".card[data-mode='hessian'] .check-result.ok", timeout=20000)
+    # the permalink reopens the Hessian
+    page.goto(page.url)
+    _wait_for_text(page, ".card[data-mode='hessian'][data-wrt='x'] .gradient-text", h.text)
+    assert page.is_checked("input[name=mode][value=hessian]")
+
+
+def test_browser_hessian_of_an_array_points_to_the_jacobian(page, server):
+    page.goto(server.url + "?mode=hessian&expr=" + quote("A@X@B") + "&wrt=X")
+    page.wait_for_selector("#error:not([hidden])", timeout=20000)
+    shown = page.locator("#error-text").text_content()
+    with pytest.raises(matcalc.MatcalcError) as err:
+        matcalc.hessian("A@X@B", "X")
+    assert shown == str(err.value) and "^" in shown.splitlines()[-1]
+    _shot(page, "hessian-refused.png")
+    page.click("#to-jacobian")
+    j = matcalc.jacobian("A@X@B", "X")
+    _wait_for_text(page, ".card[data-mode='jacobian'][data-wrt='X'] .gradient-text", j.text)
+    card = page.locator(".card[data-mode='jacobian']")
+    assert card.locator(".vec annotation").text_content().endswith(f"= {j.kron_latex}")
+    assert "mode=jacobian" in page.url
+    assert page.locator("#error").is_hidden()
+    _shot(page, "jacobian.png")
+
+
+def test_browser_second_order_examples(page, server):
+    page.goto(server.url)
+    page.wait_for_selector(".card .result .katex", timeout=20000)
+    labels = page.locator("#examples option").all_text_contents()
+    page.select_option("#examples", str(labels.index("Jacobian of softmax") - 1))
+    j = matcalc.jacobian("softmax(x)", "x")
+    _wait_for_text(page, ".card[data-mode='jacobian'][data-wrt='x'] .gradient-text", j.text)
+    assert page.is_checked("input[name=mode][value=jacobian]")
+    assert page.locator("#lhs-label").text_content() == "F ="
+    page.select_option("#examples", str(labels.index("Hessian of logdet X") - 1))
+    h = matcalc.hessian("logdet(X)", "X")
+    _wait_for_text(page, ".card[data-mode='hessian'][data-wrt='X'] .gradient-text", h.text)
+    assert "K_{" in page.locator(".card .vec annotation").text_content()
+
+
+@pytest.mark.parametrize("kind,expr,wrt", [("hessian", "sum(exp(W@x))", "x"), ("jacobian", "softmax(W@x)", "W")])
+def test_second_order_backends_are_the_cli_backend_sources(client, kind, expr, wrt):
+    for backend in ("torch", "jax"):
+        r, cli = _cli_second(kind, expr, [wrt], {}, "--backend", backend)
+        assert r.returncode == 0, r.stderr
+        resp = client.post(f"/api/{kind}", json={"expr": expr, "wrt": wrt, "backends": [backend]})
+        assert resp.status_code == 200, resp.text
+        assert resp.json() == cli
+        src = cli[0][f"{backend}_source"]
+        assert f"def {'hvp' if kind == 'hessian' else 'jvp'}_{wrt}(d{wrt}, /, *" in src
+        compile(src, "<emitted>", "exec")
+    both = client.post(f"/api/{kind}", json={"expr": expr, "wrt": wrt, "backends": ["torch", "jax"]}).json()
+    assert "import torch" in both[0]["torch_source"] and "import jax" in both[0]["jax_source"]

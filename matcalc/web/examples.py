@@ -17,4 +17,15 @@ EXAMPLES = [
     {"name": "logistic loss", "expr": "sum(log(1 + exp(-y*(X@w))))", "wrt": ["w"],
      "note": "log(1 + exp(z)) is rewritten as softplus(z)"},
     {"name": "quadratic form", "expr": "x.T@A@x", "wrt": ["x"], "note": "(A + Aᵀ)x"},
+    # second order: "mode" names the endpoint (/api/hessian, /api/jacobian); without it, the gradient
+    {"name": "Hessian of xᵀAx", "mode": "hessian", "expr": "x.T@A@x", "wrt": ["x"],
+     "note": "d²λ = dxᵀ(A + Aᵀ)dx: H = A + Aᵀ"},
+    {"name": "Hessian of least squares in W", "mode": "hessian", "expr": "norm2(X@W - Y)**2", "wrt": ["W"],
+     "shapes": "X=n,d; W=d,m", "note": "H[dW] = 2XᵀX dW: vec form I_m ⊗ 2XᵀX"},
+    {"name": "Hessian of logdet X", "mode": "hessian", "expr": "logdet(X)", "wrt": ["X"],
+     "note": "H[dX] = −X⁻ᵀ dXᵀ X⁻ᵀ: vec form −K(X⁻ᵀ ⊗ X⁻¹)"},
+    {"name": "Jacobian of softmax", "mode": "jacobian", "expr": "softmax(x)", "wrt": ["x"],
+     "note": "dp = (Diag(p) − ppᵀ)dx"},
+    {"name": "Jacobian d(AXB)/dX", "mode": "jacobian", "expr": "A@X@B", "wrt": ["X"],
+     "note": "d(AXB) = A dX B: vec form Bᵀ ⊗ A"},
 ]

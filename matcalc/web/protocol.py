@@ -22,6 +22,13 @@ LIMITS = {
 }
 
 KEYS = ("expr", "wrt", "shapes", "definitions", "syntax", "check")
+#: Keys only some questions take: derive's ``backends`` (torch/jax source besides NumPy's, as
+#: the CLI's --backend), symbols' ``mode`` (a Jacobian's F need not be a scalar).
+EXTRA_KEYS = {"derive": ("backends",), "hessian": ("backends",), "jacobian": ("backends",),
+              "symbols": ("mode",)}
+#: What the page can ask: the gradient (/api/derive), the Hessian and the Jacobian.
+MODES = ("gradient", "hessian", "jacobian")
+BACKENDS = ("torch", "jax")
 _NAME_LIST = re.compile(r"[\s,;]+")
 _ITEM_SPLIT = re.compile(r"[;\n]+|\s+(?=[^\s=,;]+\s*=)")
 
@@ -153,15 +160,38 @@ def _syntax(value):
     return value
 
 
-def derive_params(payload, need_wrt: bool = True) -> dict:
+def _backends(value) -> list:
+    if value is None or value == []:
+        return []
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, list) or not all(isinstance(b, str) for b in names):
+        raise RequestError(f'backends must be a list like ["torch", "jax"], got {value!r}')
+    for b in names:
+        if b not in BACKENDS:
+            raise RequestError(f"unknown backend {b!r} in backends; choose from " + ", ".join(BACKENDS)
+                               + " (NumPy's source is always there)")
+    return list(dict.fromkeys(names))
+
+
+def _mode(value) -> str:
+    if value is None or value == "":
+        return "gradient"
+    if value not in MODES:
+        raise RequestError(f"mode must be one of {', '.join(MODES)}, got {value!r}")
+    return value
+
+
+def derive_params(payload, need_wrt: bool = True, kind: str = "derive") -> dict:
     """The checked, normalised question: expr, wrt (a list), shapes (a dict), definitions
-    (a dict or None), syntax (None for matcalc's own) and check (a bool).
+    (a dict or None), syntax (None for matcalc's own) and check (a bool); for ``derive``
+    also backends (a list), for ``symbols`` mode (gradient, hessian or jacobian).
     Raises :class:`RequestError` (or a :class:`MatcalcError` for a malformed shape or definition)."""
     if not isinstance(payload, dict):
         raise RequestError('the body must be a JSON object like {"expr": "G:(X@W)", "wrt": "W"}')
-    unknown = [k for k in payload if k not in KEYS]
+    keys = KEYS + EXTRA_KEYS.get(kind, ())
+    unknown = [k for k in payload if k not in keys]
     if unknown:
-        raise RequestError(f"unknown key {unknown[0]!r}; the keys are " + ", ".join(KEYS))
+        raise RequestError(f"unknown key {unknown[0]!r}; the keys are " + ", ".join(keys))
     expr = payload.get("expr")
     if not isinstance(expr, str) or not expr.strip():
         raise RequestError("expr is missing: give the scalar expression to differentiate, "
@@ -172,9 +202,17 @@ def derive_params(payload, need_wrt: bool = True) -> dict:
     check = False if check is None else check
     if not isinstance(check, bool):
         raise RequestError(f"check must be true or false, got {check!r}")
-    return {"expr": expr, "wrt": _wrt(payload.get("wrt"), need_wrt), "shapes": _shapes(payload.get("shapes")),
-            "definitions": _definitions(payload.get("definitions")), "syntax": _syntax(payload.get("syntax")),
-            "check": check}
+    out = {"expr": expr, "wrt": _wrt(payload.get("wrt"), need_wrt), "shapes": _shapes(payload.get("shapes")),
+           "definitions": _definitions(payload.get("definitions")), "syntax": _syntax(payload.get("syntax")),
+           "check": check}
+    if kind in ("derive", "hessian", "jacobian"):
+        out["backends"] = _backends(payload.get("backends"))
+    if kind in ("hessian", "jacobian") and out["syntax"] is not None:
+        raise RequestError(f"the {kind} reads matcalc syntax only; syntax {out['syntax']!r} "
+                           "is read for the gradient")
+    if kind == "symbols":
+        out["mode"] = _mode(payload.get("mode"))
+    return out
 
 
 def refusal(e: MatcalcError) -> dict:
@@ -183,23 +221,69 @@ def refusal(e: MatcalcError) -> dict:
             "end_column": None if e.end is None else e.end + 1}
 
 
+def _backend_sources(d, obj, backends):
+    """``<backend>_source`` for each further backend (what the CLI's --backend adds); where
+    matcalc cannot write one, ``<backend>_error`` says why (the NumPy answer still stands)."""
+    for b in backends:
+        if f"{b}_source" in obj:
+            continue
+        try:
+            obj[f"{b}_source"] = d.source(b)
+        except MatcalcError as e:
+            obj[f"{b}_error"] = str(e)
+    return obj
+
+
+def _second_order(kind: str, p: dict):
+    from .. import second_order
+
+    results, notes = second_order.compute(kind, p["expr"], list(p["wrt"]), p["shapes"], p["definitions"])
+    backends = list(p.get("backends") or [])
+    first = backends[0] if backends else "numpy"
+    out = []
+    for key, r in results.items():
+        report = r.check() if p["check"] else None
+        try:
+            obj = second_order.json_object(r, report, key, notes, first)
+        except MatcalcError as e:  # the first backend's source could not be written
+            obj = second_order.json_object(r, report, key, notes)
+            obj[f"{first}_error"] = str(e)
+        out.append(_backend_sources(r, obj, backends))
+    return out
+
+
 def answer(kind: str, p: dict):
     """Run one normalised question (in a worker process). ``derive`` returns what
-    ``matcalc derive --json`` prints, as a list; ``symbols`` the variables of the expression."""
+    ``matcalc derive --json`` prints, as a list; ``hessian`` and ``jacobian`` what
+    ``matcalc hessian|jacobian --json`` prints; ``symbols`` the variables of the expression."""
     from .. import derive
     from ..cli import json_object
 
     extra = {"syntax": p["syntax"]} if p.get("syntax") else {}
+    if kind in ("hessian", "jacobian"):
+        return _second_order(kind, p)
     if kind == "derive":
         results = derive(p["expr"], wrt=list(p["wrt"]), shapes=p["shapes"], definitions=p["definitions"],
                          **extra)
-        return [json_object(d, d.check() if p["check"] else None) for d in results.values()]
+        backends = list(p.get("backends") or [])
+        first = backends[0] if backends else "numpy"
+        out = []
+        for d in results.values():
+            try:
+                obj = json_object(d, d.check() if p["check"] else None, backend=first)
+            except MatcalcError as e:  # the first backend's source could not be written
+                obj = json_object(d, d.check() if p["check"] else None)
+                obj[f"{first}_error"] = str(e)
+            out.append(_backend_sources(d, obj, backends))
+        return out
     if kind == "symbols":
-        from ..api import _typed, shape_str
+        from ..api import _typed, _typed_any, shape_str
 
-        if extra and "syntax" not in inspect.signature(_typed).parameters:
+        # a Hessian refuses an array-valued F itself, pointing to the Jacobian
+        typer = _typed_any if p.get("mode") in ("hessian", "jacobian") else _typed
+        if extra and "syntax" not in inspect.signature(typer).parameters:
             return {"symbols": [], "definitions": list(p["definitions"] or {})}
-        typed = _typed(p["expr"], p["shapes"], p["definitions"], **extra)
+        typed = typer(p["expr"], p["shapes"], p["definitions"], **extra)
         return {"symbols": [{"name": n, "shape": list(s), "shape_text": shape_str(s)}
                             for n, s in typed.user_shapes.items()],
                 "definitions": list(p["definitions"] or {})}

@@ -5,7 +5,11 @@
     GET  /api/info       version, syntaxes, limits and the examples menu
     POST /api/derive     {"expr", "wrt", "shapes", "definitions", "syntax", "check"} -> what
                          ``matcalc derive --json`` prints, as a list (one object per wrt)
-    POST /api/symbols    {"expr", "shapes", "definitions", "syntax"} -> the variables to pick wrt from
+                         (+ "backends": ["torch", "jax"] adds ``torch_source``/``jax_source``)
+    POST /api/hessian    the same keys -> what ``matcalc hessian --json`` prints, as a list
+    POST /api/jacobian   the same keys -> what ``matcalc jacobian --json`` prints, as a list
+                         (backends: the products hvp/jvp/vjp in torch/jax, as ``--backend``)
+    POST /api/symbols    {"expr", "shapes", "definitions", "syntax", "mode"} -> the variables to pick wrt from
 
 A refusal is HTTP 400 ``{"error": message}`` (the CLI's message, caret and all, plus ``kind``
 and ``column``); a question over a size limit 413, one stopped by the time or memory limit 422,
@@ -32,7 +36,7 @@ from starlette.staticfiles import StaticFiles
 from ..errors import MatcalcError
 from .examples import EXAMPLES
 from .pool import LimitExceeded, WorkerFailed, WorkerPool
-from .protocol import LIMITS, RequestError, derive_params, refusal, syntaxes
+from .protocol import BACKENDS, LIMITS, MODES, RequestError, derive_params, refusal, syntaxes
 
 STATIC = Path(__file__).resolve().parent / "static"
 LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "::1", "[::1]"]
@@ -144,7 +148,7 @@ def create_app(workers: int = 2, timeout: float = 10.0, memory_limit: int | None
         if not _same_origin(request):
             return _error("requests from another site's page are refused", 403)
         try:
-            params = derive_params(await _read_json(request), need_wrt=(kind == "derive"))
+            params = derive_params(await _read_json(request), need_wrt=(kind != "symbols"), kind=kind)
         except RequestError as e:
             return _error(e.message, e.status)
         except MatcalcError as e:  # a malformed shape or definition
@@ -179,6 +183,12 @@ def create_app(workers: int = 2, timeout: float = 10.0, memory_limit: int | None
     async def derive_endpoint(request):
         return await ask(request, "derive")
 
+    async def hessian_endpoint(request):
+        return await ask(request, "hessian")
+
+    async def jacobian_endpoint(request):
+        return await ask(request, "jacobian")
+
     async def symbols_endpoint(request):
         return await ask(request, "symbols")
 
@@ -186,7 +196,7 @@ def create_app(workers: int = 2, timeout: float = 10.0, memory_limit: int | None
         from .. import __version__
 
         return _json({"version": __version__, "syntaxes": syntaxes(), "limits": dict(LIMITS, timeout_s=timeout),
-                      "examples": EXAMPLES})
+                      "examples": EXAMPLES, "modes": list(MODES), "backends": list(BACKENDS)})
 
     async def index(request):
         return FileResponse(STATIC / "index.html", media_type="text/html; charset=utf-8")
@@ -195,6 +205,8 @@ def create_app(workers: int = 2, timeout: float = 10.0, memory_limit: int | None
         Route("/", index),
         Route("/api/info", info),
         Route("/api/derive", derive_endpoint, methods=["POST"]),
+        Route("/api/hessian", hessian_endpoint, methods=["POST"]),
+        Route("/api/jacobian", jacobian_endpoint, methods=["POST"]),
         Route("/api/symbols", symbols_endpoint, methods=["POST"]),
         Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
     ]

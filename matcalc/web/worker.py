@@ -35,6 +35,8 @@ def main(argv=None) -> int:
 
     answer("derive", {"expr": "x:x", "wrt": ["x"], "shapes": {}, "definitions": None, "syntax": None,
                       "check": False})  # warm up: the first derivation imports the rest
+    answer("hessian", {"expr": "x:x", "wrt": ["x"], "shapes": {}, "definitions": None, "syntax": None,
+                       "check": False})  # and the first Hessian the vec forms
     out.write('["ready", null]\n')
     out.flush()
     for line in sys.stdin:

@@ -1,9 +1,20 @@
-// matcalc's page: a thin client of POST /api/symbols and POST /api/derive on this machine.
+// matcalc's page: a thin client of POST /api/symbols and POST /api/derive (or /api/hessian,
+// /api/jacobian in those modes) on this machine.
 "use strict";
 (() => {
   const $ = (id) => document.getElementById(id);
-  const state = { symbols: [], selected: [], pendingWrt: null, seq: 0, controller: null, examples: [] };
-  const CODE_LABELS = { numpy_source: "NumPy", torch_source: "torch", jax_source: "JAX" };
+  const state = { symbols: [], selected: [], pendingWrt: null, seq: 0, controller: null, examples: [],
+                  mode: "gradient" };
+  const CODE_LABELS = { numpy_source: "NumPy", torch_source: "PyTorch", jax_source: "JAX" };
+  const MODES = ["gradient", "hessian", "jacobian"];
+  const ENDPOINTS = { gradient: "/api/derive", hessian: "/api/hessian", jacobian: "/api/jacobian" };
+
+  function setMode(mode) {
+    state.mode = MODES.includes(mode) ? mode : "gradient";
+    for (const r of document.querySelectorAll("input[name=mode]")) r.checked = r.value === state.mode;
+    $("lhs-label").textContent = state.mode === "jacobian" ? "F =" : "λ =";
+    document.body.dataset.mode = state.mode;
+  }
   let timer = null;
 
   const TYPESET_CHARS = 60000;  // longer LaTeX would keep the page busy for seconds: show text
@@ -47,7 +58,10 @@
   function setStatus(text) { $("status").textContent = text; }
 
   function showError(data) {
-    $("error-text").textContent = (data && data.error) || "refused";
+    const msg = (data && data.error) || "refused";
+    $("error-text").textContent = msg;
+    // a Hessian of an array-valued F: offer its Jacobian
+    $("error-switch").hidden = !(state.mode === "hessian" && msg.includes("use jacobian"));
     $("error").hidden = false;
     $("results").replaceChildren();
     $("expr").setAttribute("aria-invalid", "true");
@@ -80,7 +94,9 @@
     setStatus(check ? "checking…" : "deriving…");
     const t0 = performance.now();
     try {
-      const sym = await post("/api/symbols", q, controller.signal);
+      const mode = state.mode;
+      const sym = await post("/api/symbols", Object.assign({}, q, mode === "gradient" ? {} : { mode }),
+                             controller.signal);
       if (seq !== state.seq) return;
       if (!sym.ok) {
         showError(sym.data);
@@ -88,8 +104,9 @@
         return;
       }
       updateWrt(sym.data.symbols || []);
-      const res = await post("/api/derive", Object.assign({}, q, { wrt: state.selected, check: !!check }),
-                             controller.signal);
+      const body = Object.assign({}, q, { wrt: state.selected, check: !!check });
+      body.backends = ["torch", "jax"];  // the PyTorch and JAX tabs
+      const res = await post(ENDPOINTS[mode], body, controller.signal);
       if (seq !== state.seq) return;
       if (!res.ok) {
         showError(res.data);
@@ -97,7 +114,7 @@
         return;
       }
       hideError();
-      render(res.data);
+      render(res.data, mode);
       updatePermalink(q);
       const ms = Math.round(performance.now() - t0);
       setStatus(`${check ? "derived and checked" : "derived"} in ${ms} ms`);
@@ -195,28 +212,63 @@
            (c.message ? `; ${c.message}` : "");
   }
 
-  function render(list) {
+  function renderGradient(card, obj) {
+    const lhs = `\\frac{\\partial \\lambda}{\\partial ${obj.wrt_latex || obj.wrt}}`;
+    tex(card.querySelector(".result"), `${lhs} = ${obj.latex}`);
+    if (obj.short_gradient && obj.short_gradient !== obj.gradient) {
+      const where = Object.entries(obj.definitions_latex || {}).map(([k, v]) => `${k} = ${v}`).join(",\\; ");
+      const short = card.querySelector(".short");
+      tex(short, `= ${obj.short_latex}` + (where ? `\\qquad \\text{where } ${where}` : ""));
+      short.hidden = false;
+    }
+    card.querySelector(".shape").textContent = `shape ${obj.shape_text}: ${obj.shape_reason}`;
+    card.querySelector(".gradient-text").textContent = obj.gradient;
+    copyButton(card.querySelector(".copy-text"), () => obj.gradient);
+    if (obj.numerator_layout) {
+      const n = obj.numerator_layout;
+      const dims = n.shape.length ? `(${n.shape.join(", ")}${n.shape.length === 1 ? "," : ""})` : "scalar";
+      card.querySelector(".layout").textContent =
+        `numerator layout (the transpose): ${n.gradient}, shape ${dims}`;
+    }
+  }
+
+  function renderSecondOrder(card, obj, mode) {
+    // H[dW] or dF typeset, its vec (Kronecker) form, the dense matrix's shape
+    tex(card.querySelector(".result"), `${obj.lhs_latex} = ${obj.latex}`);
+    const vec = card.querySelector(".vec");
+    if (obj.kron_latex) {
+      tex(vec, `${obj.vec_lhs_latex} = ${obj.kron_latex}`);
+      vec.hidden = false;
+    } else {
+      const none = card.querySelector(".vec-none");
+      none.textContent = "no Kronecker (vec) form can be written for this map; " +
+        `the dense matrix comes from the ${mode === "hessian" ? "Hessian-vector" : "Jacobian-vector"} products`;
+      none.hidden = false;
+    }
+    card.querySelector(".shape").textContent = obj.shape_reason;  // it names the dense matrix's shape
+    const text = obj[mode];
+    card.querySelector(".gradient-text").textContent = text;
+    copyButton(card.querySelector(".copy-text"), () => text);
+    if (obj.kron) card.querySelector(".layout").textContent = `vec form: ${obj.kron}`;
+    if (obj.notes && obj.notes.length) {
+      const n = card.querySelector(".notes");
+      n.textContent = "note: " + obj.notes.join("; ");
+      n.hidden = false;
+    }
+  }
+
+  function render(list, mode) {
+    mode = mode || "gradient";
     const out = $("results");
     out.replaceChildren();
     for (const obj of list) {
       const card = $("card").content.firstElementChild.cloneNode(true);
-      card.dataset.wrt = obj.wrt;
-      const lhs = `\\frac{\\partial \\lambda}{\\partial ${obj.wrt_latex || obj.wrt}}`;
-      tex(card.querySelector(".result"), `${lhs} = ${obj.latex}`);
-      if (obj.short_gradient && obj.short_gradient !== obj.gradient) {
-        const where = Object.entries(obj.definitions_latex || {}).map(([k, v]) => `${k} = ${v}`).join(",\\; ");
-        const short = card.querySelector(".short");
-        tex(short, `= ${obj.short_latex}` + (where ? `\\qquad \\text{where } ${where}` : ""));
-        short.hidden = false;
-      }
-      card.querySelector(".shape").textContent = `shape ${obj.shape_text}: ${obj.shape_reason}`;
-      card.querySelector(".gradient-text").textContent = obj.gradient;
-      copyButton(card.querySelector(".copy-text"), () => obj.gradient);
-      if (obj.numerator_layout) {
-        const n = obj.numerator_layout;
-        const dims = n.shape.length ? `(${n.shape.join(", ")}${n.shape.length === 1 ? "," : ""})` : "scalar";
-        card.querySelector(".layout").textContent =
-          `numerator layout (the transpose): ${n.gradient}, shape ${dims}`;
+      card.dataset.wrt = Array.isArray(obj.wrt) ? obj.wrt.join(",") : obj.wrt;
+      card.dataset.mode = mode;
+      if (mode !== "gradient") {
+        renderSecondOrder(card, obj, mode);
+      } else {
+        renderGradient(card, obj);
       }
       if (obj.check) {
         const c = card.querySelector(".check-result");
@@ -225,19 +277,24 @@
         c.hidden = false;
       }
       tex(card.querySelector(".steps-math"), obj.steps_latex || "");
-      const first = (obj.steps || [])[0];
-      if (first && first.identity.startsWith("differential: ")) {
+      const diff = (obj.steps || []).find((st) => /^differential( of the gradient)?: /.test(st.identity));
+      if (diff) {
         card.querySelector(".rules").textContent =
-          "rules of the differential used: " + first.identity.slice("differential: ".length);
+          "rules of the differential used: " + diff.identity.slice(diff.identity.indexOf(": ") + 2);
       }
       card.querySelector(".steps-text").textContent = (obj.derivation || []).join("\n");
-      const sources = Object.keys(obj).filter((k) => k.endsWith("_source") && typeof obj[k] === "string");
+      // NumPy first, then PyTorch and JAX (a backend matcalc could not write shows why)
+      const order = ["numpy", "torch", "jax"];
+      const sources = Object.keys(obj)
+        .filter((k) => /_(source|error)$/.test(k) && typeof obj[k] === "string")
+        .filter((k) => !(k.endsWith("_error") && obj[k.replace(/_error$/, "_source")]))
+        .sort((a, b) => order.indexOf(a.split("_")[0]) - order.indexOf(b.split("_")[0]));
       const tabs = card.querySelector(".tabs");
       const code = card.querySelector(".source");
       let current = sources[0];
       const show = (key) => {
         current = key;
-        code.textContent = obj[key];
+        code.textContent = key.endsWith("_error") ? `# ${obj[key]}` : obj[key];
         for (const b of tabs.children) b.setAttribute("aria-selected", String(b.dataset.key === key));
       };
       for (const key of sources) {
@@ -245,7 +302,8 @@
         b.type = "button";
         b.dataset.key = key;
         b.setAttribute("role", "tab");
-        b.textContent = CODE_LABELS[key] || key.replace(/_source$/, "");
+        const sourceKey = key.replace(/_error$/, "_source");
+        b.textContent = CODE_LABELS[sourceKey] || sourceKey.replace(/_source$/, "");
         b.addEventListener("click", () => show(key));
         tabs.append(b);
       }
@@ -257,6 +315,7 @@
 
   function updatePermalink(q) {
     const p = new URLSearchParams();
+    if (state.mode !== "gradient") p.set("mode", state.mode);
     p.set("expr", q.expr);
     if (state.selected.length) p.set("wrt", state.selected.join(","));
     if (q.shapes) p.set("shapes", q.shapes);
@@ -268,6 +327,7 @@
   }
 
   function loadExample(ex) {
+    setMode(ex.mode || "gradient");
     $("expr").value = ex.expr;
     $("shapes").value = ex.shapes || "";
     $("defs").value = ex.definitions || "";
@@ -281,6 +341,10 @@
     for (const id of ["expr", "shapes", "defs"]) $(id).addEventListener("input", () => schedule());
     $("syntax").addEventListener("change", () => schedule(0));
     $("check").addEventListener("click", () => run(true));
+    for (const r of document.querySelectorAll("input[name=mode]")) {
+      r.addEventListener("change", () => { if (r.checked) { setMode(r.value); schedule(0); } });
+    }
+    $("to-jacobian").addEventListener("click", () => { setMode("jacobian"); run(false); });
     $("examples").addEventListener("change", (e) => {
       const ex = state.examples[Number(e.target.value)];
       e.target.value = "";
@@ -309,6 +373,7 @@
       setStatus("could not read /api/info");
     }
     const p = new URLSearchParams(location.search);
+    setMode(p.get("mode") || "gradient");
     if (p.get("expr")) {
       $("expr").value = p.get("expr");
       $("shapes").value = p.get("shapes") || "";
