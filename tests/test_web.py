@@ -394,7 +394,7 @@ def test_jacobian_of_a_scalar_carries_the_cli_note(client):
     ("hessian", "A@X", "X", "use jacobian"),           # not a scalar: points to the Jacobian
     ("hessian", "x.T@A@x", "y", "'y' does not occur"),
     ("jacobian", "softmax(X@@x)", "x", "^"),           # a parse error, with its caret
-    ("jacobian", "A@x + B", "x", "^"),                 # ill-shaped
+    ("jacobian", "A@x + y.T", "x", "^"),                 # ill-shaped
 ])
 def test_second_order_refusals_are_the_cli_messages_with_the_caret(client, kind, expr, wrt, needle):
     r = subprocess.run([sys.executable, "-m", "matcalc", kind, expr, "--wrt", wrt],
