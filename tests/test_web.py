@@ -611,7 +611,7 @@ def test_browser_vae_example_typeset_with_steps(page, server):
 
 
 def test_browser_refusal_shows_the_caret_and_the_page_stays_usable(page, server):
-    bad = "alpha*(exp(W@x+c)-W@x-c+X*m-1):1"
+    bad = "alpha*(exp(W@x+c)-W@x-c+m.T-1):1"
     with pytest.raises(matcalc.MatcalcError) as err:
         matcalc.derive(bad, wrt=["W"])
     page.goto(server.url)
