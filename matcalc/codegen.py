@@ -15,170 +15,34 @@ import unicodedata
 from . import ir
 from .ir import SCALAR, Expr
 
-HELPERS = {
-    "_sigmoid": '''def _sigmoid(z):
-    return np.exp(-np.logaddexp(0.0, -z))
-''',
-    "_logsumexp": '''def _logsumexp(z):
-    m = np.maximum.reduce(z, None)
-    return m + np.log(np.add.reduce(np.exp(z - m), None))
-''',
-    "_over_norm": '''def _over_norm(a, n):
-    # a / ‖x‖, and 0 where ‖x‖ = 0: the least-norm subgradient of ‖x‖ there
-    return a / n if n > 0 else 0.0 * a
-''',
-    "_norm2": '''def _norm2(x):
-    n = np.linalg.norm(x)
-    if 0.0 < n < np.inf:
-        return n
-    m = np.max(np.abs(x))  # the sum of squares under- or overflowed: scale first
-    return m * np.linalg.norm(x / m) if 0.0 < m < np.inf else n
-''',
-    "_ones": '''def _ones(n):
-    """n ones, read-only and kept: a sum is a BLAS dot product with them (a fraction of
-    the call overhead of a ufunc reduction on small arrays, and no slower on large ones)."""
-    v = _ONES.get(n)
-    if v is None:
-        if len(_ONES) > 64:
-            _ONES.clear()
-        v = _ONES[n] = np.ones(n)
-        v.flags.writeable = False
-    return v
+def _helper_blocks() -> tuple[dict, dict]:
+    """name -> source, and name -> the helpers it calls, from the blocks of runtime.py
+    (read as text: emitting code does not import NumPy)."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent / "runtime.py").read_text(encoding="utf-8")
+    sources, needs = {}, {}
+    for part in re.split(r"^# helper: ", text, flags=re.M)[1:]:
+        head, _, body = part.partition("\n")
+        name, _, deps = head.partition(", needs:")
+        sources[name.strip()] = body.strip("\n") + "\n"
+        needs[name.strip()] = tuple(deps.split())
+    return sources, needs
 
 
-_ONES = {}
-''',
-    "_outer": '''def _outer(u, v):
-    """u vᵀ.  Up to 2¹⁹ entries as a BLAS product of a column and a row, about twice as
-    fast as a broadcast multiply there (the same products, so the same numbers); above,
-    where BLAS packs its operands slowly, the broadcast multiply."""
-    if u.shape[0] * v.shape[0] <= 524288:
-        return u[:, None].dot(v[None, :])
-    return np.multiply.outer(u, v)
-''',
-    "_softmax": '''def _softmax(z):
-    e = np.exp(z - np.maximum.reduce(z, None))
-    return e / np.add.reduce(e, None)
-''',
-    # One LU factorisation of a matrix shared by its inv, solve, logdet and det, through
-    # the LAPACK inside NumPy's own OpenBLAS (numpy.linalg factors again on every call
-    # and computes inv as a solve against I).  Without that library: numpy.linalg.
-    "_lu": '''def _load_lapack():
-    """getrf, getrs and getri (64-bit integers) of NumPy's OpenBLAS, or None."""
-    try:
-        import ctypes
-        import glob
-        import os
-        here = os.path.dirname(np.__file__)
-        paths = sorted(glob.glob(os.path.join(here + ".libs", "*openblas*"))
-                       + glob.glob(os.path.join(here, ".dylibs", "*openblas*")))
-        for path in paths:
-            for prefix in ("scipy_", ""):
-                try:
-                    lib = ctypes.CDLL(path)
-                    fns = tuple(lib[prefix + "d" + f + "_64_"] for f in ("getrf", "getrs", "getri"))
-                except (OSError, AttributeError):
-                    continue
-                for f in fns:
-                    f.restype = None
-                lapack = (ctypes, fns)
-                a = np.array([[0.5, 2.0, 1.0], [3.0, -1.0, 0.25], [1.5, 0.5, 4.0]])
-                lu = _lu(a, lapack)
-                if (np.allclose(_lu_inv(lu, lapack), np.linalg.inv(a))
-                        and np.allclose(_lu_solve(lu, a[:, :2], True, lapack), np.linalg.solve(a.T, a[:, :2]))
-                        and np.isclose(_lu_det(lu), np.linalg.det(a))):
-                    return lapack
-    except Exception:
-        pass
-    return None
+HELPERS, HELPER_NEEDS = _helper_blocks()
 
 
-def _lapack():
-    """The LAPACK functions, looked up on first use (False: not available)."""
-    global _LAPACK
-    if _LAPACK is None:
-        _LAPACK = _load_lapack() or False
-    return _LAPACK or None
+def helper_closure(names) -> list:
+    """The helpers names call, with those they need in turn, sorted."""
+    todo, out = list(names), set()
+    while todo:
+        h = todo.pop()
+        if h not in out:
+            out.add(h)
+            todo.extend(HELPER_NEEDS.get(h, ()))
+    return sorted(out)
 
-
-def _lu(a, lapack=None):
-    """(a, LU factors of a, pivots, singular?); factors None when LAPACK is not reachable."""
-    lapack = lapack or _lapack()
-    a = np.asarray(a, dtype=float)
-    if lapack is None or a.shape[0] < 2:
-        return a, None, None, False
-    ctypes, (getrf, _, _) = lapack
-    n, info = ctypes.byref(ctypes.c_int64(a.shape[0])), ctypes.c_int64(0)
-    piv = np.empty(a.shape[0], dtype=np.int64)
-    f = np.array(a, order="C")  # a C-order copy, which LAPACK reads as a.T
-    getrf(n, n, ctypes.c_void_p(f.ctypes.data), n, ctypes.c_void_p(piv.ctypes.data), ctypes.byref(info))
-    return a, f, piv, info.value > 0
-
-
-def _lu_singular(lu):
-    if lu[3]:
-        raise np.linalg.LinAlgError("Singular matrix")
-
-
-def _lu_inv(lu, lapack=None, overwrite=False):
-    """inv(a) from its factors (getri); a copy unless the factors are needed no more."""
-    lapack = lapack or _lapack()
-    a, f, piv, _ = lu
-    if f is None:
-        return np.linalg.inv(a)
-    _lu_singular(lu)
-    ctypes, (_, _, getri) = lapack
-    n, info = ctypes.byref(ctypes.c_int64(a.shape[0])), ctypes.c_int64(0)
-    f = f if overwrite else f.copy()
-    work = np.empty(64 * a.shape[0])
-    getri(n, ctypes.c_void_p(f.ctypes.data), n, ctypes.c_void_p(piv.ctypes.data),
-          ctypes.c_void_p(work.ctypes.data), ctypes.byref(ctypes.c_int64(work.size)), ctypes.byref(info))
-    return f  # LAPACK inverted a.T in Fortran order: in C order this is inv(a)
-
-
-def _lu_solve(lu, b, transposed=False, lapack=None):
-    """solve(a, b), or solve(a.T, b) if transposed, from the factors of a (getrs)."""
-    lapack = lapack or _lapack()
-    a, f, piv, _ = lu
-    if f is None:
-        return np.linalg.solve(a.T if transposed else a, b)
-    _lu_singular(lu)
-    ctypes, (_, getrs, _) = lapack
-    x = np.array(np.transpose(b), dtype=float, order="C")  # C order of b.T = Fortran order of b
-    n, info = ctypes.byref(ctypes.c_int64(a.shape[0])), ctypes.c_int64(0)
-    nrhs = ctypes.byref(ctypes.c_int64(1 if x.ndim == 1 else x.shape[0]))
-    getrs(ctypes.c_char_p(b"N" if transposed else b"T"), n, nrhs, ctypes.c_void_p(f.ctypes.data), n,
-          ctypes.c_void_p(piv.ctypes.data), ctypes.c_void_p(x.ctypes.data), n, ctypes.byref(info),
-          ctypes.c_size_t(1))
-    return x.T
-
-
-def _lu_logdet(lu):
-    """log|det a| from the factors: the log-sum of |diagonal of U|."""
-    a, f, _, singular = lu
-    if f is None:
-        return np.linalg.slogdet(a)[1]
-    return -np.inf if singular else np.add.reduce(np.log(np.abs(f.diagonal())))
-
-
-def _lu_det(lu):
-    """det a from the factors: sign from the row swaps and U's diagonal, size from the log."""
-    a, f, piv, singular = lu
-    if f is None:
-        return np.linalg.det(a)
-    if singular:
-        return 0.0
-    swaps = np.count_nonzero(piv != np.arange(1, len(piv) + 1))
-    return (-1.0) ** swaps * np.prod(np.sign(f.diagonal())) * np.exp(_lu_logdet(lu))
-
-
-def _inv(a):
-    return _lu_inv(_lu(a), overwrite=True)
-
-
-_LAPACK = None
-''',
-}
 
 # elementwise and reduction templates: op -> format string of one argument
 TEMPLATES = {
@@ -489,7 +353,7 @@ def function_source(fname: str, outputs: list[Expr], param_names: list[str], sym
     for dname, pname, axis in em.dims_needed.values():
         if re.search(rf"\b{dname}\b", text):  # (a summed array of ones is never built)
             head.append(f"    {dname} = {pname}.shape[{axis}]")
-    helpers = "".join(HELPERS[h] + "\n\n" for h in sorted(em.helpers))
+    helpers = "".join(HELPERS[h] + "\n\n" for h in helper_closure(em.helpers))
     return helpers + "\n".join(head + body) + "\n", params
 
 

@@ -1,0 +1,233 @@
+"""The helper functions of emitted code.
+
+Emitted modules are standalone: they import NumPy only, and the text of each helper
+they call is copied into them (``codegen.HELPERS`` maps a helper's name to its source,
+read from this file).  This module is also an ordinary importable module, so the helpers
+can be linted, tested and called directly.
+
+Each helper block starts at a ``# helper: NAME`` line (``, needs: A B`` names the blocks
+it calls) and runs to the next one.  A block may hold several functions and module-level
+state (``_ONES``, ``_PICKED``, ``_LAPACK``), and reads only ``np`` and other helpers.
+
+``_lu``: one LU factorisation of a matrix, shared by its inv, solve, logdet and det,
+through the LAPACK inside NumPy's own OpenBLAS (numpy.linalg factors again on every call
+and computes inv as a solve against I).  Without that library: numpy.linalg.
+"""
+import numpy as np
+
+
+# helper: _sigmoid
+def _sigmoid(z):
+    return np.exp(-np.logaddexp(0.0, -z))
+
+
+# helper: _logsumexp
+def _logsumexp(z):
+    m = np.maximum.reduce(z, None)
+    return m + np.log(np.add.reduce(np.exp(z - m), None))
+
+
+# helper: _softmax
+def _softmax(z):
+    e = np.exp(z - np.maximum.reduce(z, None))
+    return e / np.add.reduce(e, None)
+
+
+# helper: _over_norm
+def _over_norm(a, n):
+    # a / ‖x‖, and 0 where ‖x‖ = 0: the least-norm subgradient of ‖x‖ there
+    return a / n if n > 0 else 0.0 * a
+
+
+# helper: _norm2
+def _norm2(x):
+    n = np.linalg.norm(x)
+    if 0.0 < n < np.inf:
+        return n
+    m = np.max(np.abs(x))  # the sum of squares under- or overflowed: scale first
+    return m * np.linalg.norm(x / m) if 0.0 < m < np.inf else n
+
+
+# helper: _ones
+def _ones(n):
+    """n ones, read-only and kept: a sum is a BLAS dot product with them (a fraction of
+    the call overhead of a ufunc reduction on small arrays, and no slower on large ones)."""
+    v = _ONES.get(n)
+    if v is None:
+        if len(_ONES) > 64:
+            _ONES.clear()
+        v = _ONES[n] = np.ones(n)
+        v.flags.writeable = False
+    return v
+
+
+_ONES = {}
+
+
+# helper: _outer, needs: _pick
+def _outer(u, v):
+    """u vᵀ: a broadcast multiply (the form of np.outer) or a BLAS product of a column and a
+    row, whichever ran faster for this shape on this machine (the BLAS form is twice as fast
+    at most sizes and several times slower at some, which differ between CPUs).  Both are
+    the same products, so the same numbers."""
+    return _pick(("outer", u.shape[0], v.shape[0]), _OUTER_FORMS, u, v)
+
+
+def _outer_blas(u, v):
+    return u[:, None].dot(v[None, :])
+
+
+_OUTER_FORMS = (np.multiply.outer, _outer_blas)
+
+
+# helper: _pick
+def _pick(key, forms, *args):
+    """forms[i](*args), for the i that ran fastest for key (an operation and its shape) in
+    this process.  The forms compute the same numbers and forms[0] is the safe default.
+
+    On the first call for a key every form runs once to warm up and then at least twice
+    more, interleaved; the best time of each counts, and another form replaces forms[0] only
+    if it is at least 10% faster.  Timing stops after about 20 ms (a single call over 50 ms
+    keeps forms[0] untimed).  Later calls cost one dictionary lookup."""
+    i = _PICKED.get(key)
+    if i is not None:
+        return forms[i](*args)
+    from time import perf_counter
+
+    best, spent, rounds = [float("inf")] * len(forms), 0.0, 0
+    while rounds < 4 and (rounds < 3 or spent < 0.02) and (rounds != 1 or spent < 0.05):
+        for k, f in enumerate(forms):
+            t = perf_counter()
+            out = f(*args)
+            t = perf_counter() - t
+            spent += t
+            if rounds:
+                best[k] = min(best[k], t)
+        rounds += 1
+    i = min(range(len(forms)), key=best.__getitem__)
+    if not best[i] < 0.9 * best[0]:
+        i = 0
+    if len(_PICKED) > 1024:
+        _PICKED.clear()
+    _PICKED[key] = i
+    return out  # (every form gives these numbers)
+
+
+_PICKED = {}
+
+
+# helper: _lu
+def _load_lapack():
+    """getrf, getrs and getri (64-bit integers) of NumPy's OpenBLAS, or None."""
+    try:
+        import ctypes
+        import glob
+        import os
+        here = os.path.dirname(np.__file__)
+        paths = sorted(glob.glob(os.path.join(here + ".libs", "*openblas*"))
+                       + glob.glob(os.path.join(here, ".dylibs", "*openblas*")))
+        for path in paths:
+            for prefix in ("scipy_", ""):
+                try:
+                    lib = ctypes.CDLL(path)
+                    fns = tuple(lib[prefix + "d" + f + "_64_"] for f in ("getrf", "getrs", "getri"))
+                except (OSError, AttributeError):
+                    continue
+                for f in fns:
+                    f.restype = None
+                lapack = (ctypes, fns)
+                a = np.array([[0.5, 2.0, 1.0], [3.0, -1.0, 0.25], [1.5, 0.5, 4.0]])
+                lu = _lu(a, lapack)
+                if (np.allclose(_lu_inv(lu, lapack), np.linalg.inv(a))
+                        and np.allclose(_lu_solve(lu, a[:, :2], True, lapack), np.linalg.solve(a.T, a[:, :2]))
+                        and np.isclose(_lu_det(lu), np.linalg.det(a))):
+                    return lapack
+    except Exception:
+        pass
+    return None
+
+
+def _lapack():
+    """The LAPACK functions, looked up on first use (False: not available)."""
+    global _LAPACK
+    if _LAPACK is None:
+        _LAPACK = _load_lapack() or False
+    return _LAPACK or None
+
+
+def _lu(a, lapack=None):
+    """(a, LU factors of a, pivots, singular?); factors None when LAPACK is not reachable."""
+    lapack = lapack or _lapack()
+    a = np.asarray(a, dtype=float)
+    if lapack is None or a.shape[0] < 2:
+        return a, None, None, False
+    ctypes, (getrf, _, _) = lapack
+    n, info = ctypes.byref(ctypes.c_int64(a.shape[0])), ctypes.c_int64(0)
+    piv = np.empty(a.shape[0], dtype=np.int64)
+    f = np.array(a, order="C")  # a C-order copy, which LAPACK reads as a.T
+    getrf(n, n, ctypes.c_void_p(f.ctypes.data), n, ctypes.c_void_p(piv.ctypes.data), ctypes.byref(info))
+    return a, f, piv, info.value > 0
+
+
+def _lu_singular(lu):
+    if lu[3]:
+        raise np.linalg.LinAlgError("Singular matrix")
+
+
+def _lu_inv(lu, lapack=None, overwrite=False):
+    """inv(a) from its factors (getri); a copy unless the factors are needed no more."""
+    lapack = lapack or _lapack()
+    a, f, piv, _ = lu
+    if f is None:
+        return np.linalg.inv(a)
+    _lu_singular(lu)
+    ctypes, (_, _, getri) = lapack
+    n, info = ctypes.byref(ctypes.c_int64(a.shape[0])), ctypes.c_int64(0)
+    f = f if overwrite else f.copy()
+    work = np.empty(64 * a.shape[0])
+    getri(n, ctypes.c_void_p(f.ctypes.data), n, ctypes.c_void_p(piv.ctypes.data),
+          ctypes.c_void_p(work.ctypes.data), ctypes.byref(ctypes.c_int64(work.size)), ctypes.byref(info))
+    return f  # LAPACK inverted a.T in Fortran order: in C order this is inv(a)
+
+
+def _lu_solve(lu, b, transposed=False, lapack=None):
+    """solve(a, b), or solve(a.T, b) if transposed, from the factors of a (getrs)."""
+    lapack = lapack or _lapack()
+    a, f, piv, _ = lu
+    if f is None:
+        return np.linalg.solve(a.T if transposed else a, b)
+    _lu_singular(lu)
+    ctypes, (_, getrs, _) = lapack
+    x = np.array(np.transpose(b), dtype=float, order="C")  # C order of b.T = Fortran order of b
+    n, info = ctypes.byref(ctypes.c_int64(a.shape[0])), ctypes.c_int64(0)
+    nrhs = ctypes.byref(ctypes.c_int64(1 if x.ndim == 1 else x.shape[0]))
+    getrs(ctypes.c_char_p(b"N" if transposed else b"T"), n, nrhs, ctypes.c_void_p(f.ctypes.data), n,
+          ctypes.c_void_p(piv.ctypes.data), ctypes.c_void_p(x.ctypes.data), n, ctypes.byref(info),
+          ctypes.c_size_t(1))
+    return x.T
+
+
+def _lu_logdet(lu):
+    """log|det a| from the factors: the log-sum of |diagonal of U|."""
+    a, f, _, singular = lu
+    if f is None:
+        return np.linalg.slogdet(a)[1]
+    return -np.inf if singular else np.add.reduce(np.log(np.abs(f.diagonal())))
+
+
+def _lu_det(lu):
+    """det a from the factors: sign from the row swaps and U's diagonal, size from the log."""
+    a, f, piv, singular = lu
+    if f is None:
+        return np.linalg.det(a)
+    if singular:
+        return 0.0
+    swaps = np.count_nonzero(piv != np.arange(1, len(piv) + 1))
+    return (-1.0) ** swaps * np.prod(np.sign(f.diagonal())) * np.exp(_lu_logdet(lu))
+
+
+def _inv(a):
+    return _lu_inv(_lu(a), overwrite=True)
+
+
+_LAPACK = None
