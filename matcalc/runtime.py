@@ -83,7 +83,8 @@ _OUTER_FORMS = (np.multiply.outer, _outer_blas)
 # helper: _pick
 def _pick(key, forms, *args):
     """forms[i](*args), for the i that ran fastest for key (an operation and its shape) in
-    this process.  The forms compute the same numbers and forms[0] is the safe default.
+    this process.  The forms compute the same values (to rounding) without writing into
+    their arguments, and forms[0] is the safe default.
 
     On the first call for a key every form runs once to warm up and then at least twice
     more, interleaved; the best time of each counts, and another form replaces forms[0] only
@@ -94,11 +95,11 @@ def _pick(key, forms, *args):
         return forms[i](*args)
     from time import perf_counter
 
-    best, spent, rounds = [float("inf")] * len(forms), 0.0, 0
+    best, outs, spent, rounds = [float("inf")] * len(forms), [None] * len(forms), 0.0, 0
     while rounds < 4 and (rounds < 3 or spent < 0.02) and (rounds != 1 or spent < 0.05):
         for k, f in enumerate(forms):
             t = perf_counter()
-            out = f(*args)
+            outs[k] = f(*args)
             t = perf_counter() - t
             spent += t
             if rounds:
@@ -110,13 +111,13 @@ def _pick(key, forms, *args):
     if len(_PICKED) > 1024:
         _PICKED.clear()
     _PICKED[key] = i
-    return out  # (every form gives these numbers)
+    return outs[i]
 
 
 _PICKED = {}
 
 
-# helper: _lu
+# helper: _lu, needs: _pick
 def _load_lapack():
     """getrf, getrs and getri (64-bit integers) of NumPy's OpenBLAS, or None."""
     try:
@@ -175,12 +176,21 @@ def _lu_singular(lu):
 
 
 def _lu_inv(lu, lapack=None, overwrite=False):
-    """inv(a) from its factors (getri); a copy unless the factors are needed no more."""
+    """inv(a) from its factors, by getri or as a solve against I (numpy.linalg.inv's way),
+    whichever ran faster for this size (getri is faster at most sizes, several times slower
+    at some); the factors are kept unless overwrite (they are needed no more)."""
     lapack = lapack or _lapack()
     a, f, piv, _ = lu
     if f is None:
         return np.linalg.inv(a)
     _lu_singular(lu)
+    key = ("getri", a.shape[0])
+    overwrite = overwrite and key in _PICKED  # timing runs each form several times
+    return _pick(key, (_lu_getri, _lu_solve_eye), lu, lapack, overwrite)
+
+
+def _lu_getri(lu, lapack, overwrite=False):
+    a, f, piv, _ = lu
     ctypes, (_, _, getri) = lapack
     n, info = ctypes.byref(ctypes.c_int64(a.shape[0])), ctypes.c_int64(0)
     f = f if overwrite else f.copy()
@@ -188,6 +198,10 @@ def _lu_inv(lu, lapack=None, overwrite=False):
     getri(n, ctypes.c_void_p(f.ctypes.data), n, ctypes.c_void_p(piv.ctypes.data),
           ctypes.c_void_p(work.ctypes.data), ctypes.byref(ctypes.c_int64(work.size)), ctypes.byref(info))
     return f  # LAPACK inverted a.T in Fortran order: in C order this is inv(a)
+
+
+def _lu_solve_eye(lu, lapack, overwrite=False):
+    return _lu_solve(lu, np.eye(lu[0].shape[0]), False, lapack)
 
 
 def _lu_solve(lu, b, transposed=False, lapack=None):
@@ -227,6 +241,12 @@ def _lu_det(lu):
 
 
 def _inv(a):
+    """inv(a): numpy.linalg.inv, or LAPACK's getrf + getri (0.6-0.8 of its time at most
+    sizes), whichever ran faster for this size."""
+    return _pick(("inv", a.shape[0]), (np.linalg.inv, _inv_lu), a)
+
+
+def _inv_lu(a):
     return _lu_inv(_lu(a), overwrite=True)
 
 
