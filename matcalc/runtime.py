@@ -66,10 +66,11 @@ _ONES = {}
 
 # helper: _outer, needs: _pick
 def _outer(u, v):
-    """u vᵀ: a broadcast multiply (the form of np.outer) or a BLAS product of a column and a
-    row, whichever ran faster for this shape on this machine (the BLAS form is twice as fast
-    at most sizes and several times slower at some, which differ between CPUs).  Both are
-    the same products, so the same numbers."""
+    """u vᵀ: a broadcast multiply (the form of np.outer), a BLAS product of a column and a
+    row, or the broadcast multiply split over threads, whichever ran faster for this shape
+    in this process (the BLAS form is twice as fast at most sizes and slower at some, which
+    differ between CPUs; threads pay off on large arrays and idle CPUs).  All are the same
+    products, so the same numbers."""
     return _pick(("outer", u.shape[0], v.shape[0]), _OUTER_FORMS, u, v)
 
 
@@ -77,7 +78,43 @@ def _outer_blas(u, v):
     return u[:, None].dot(v[None, :])
 
 
-_OUTER_FORMS = (np.multiply.outer, _outer_blas)
+def _outer_split(u, v):
+    """The broadcast multiply in row blocks on all the process's CPUs (NumPy lets go of the
+    GIL while it multiplies; the page faults of a new large array are shared out too)."""
+    pool = _pool()
+    out = np.empty((u.shape[0], v.shape[0]))
+    if pool is None:
+        return np.multiply.outer(u, v, out=out)
+    pool, workers = pool
+    cuts = np.linspace(0, u.shape[0], workers + 2).astype(int)
+    jobs = [pool.submit(np.multiply.outer, u[i:j], v, out=out[i:j]) for i, j in zip(cuts[1:-1], cuts[2:])]
+    np.multiply.outer(u[:cuts[1]], v, out=out[:cuts[1]])
+    for job in jobs:
+        job.result()
+    return out
+
+
+def _pool():
+    """(a pool of k = CPUs - 1 threads, k), made on first use; None on a single CPU."""
+    global _POOL
+    if _POOL is None:
+        import os
+
+        try:
+            cpus = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            cpus = os.cpu_count() or 1
+        if cpus < 2:
+            _POOL = False
+        else:
+            from concurrent.futures import ThreadPoolExecutor
+
+            _POOL = (ThreadPoolExecutor(min(cpus, 8) - 1), min(cpus, 8) - 1)
+    return _POOL or None
+
+
+_OUTER_FORMS = (np.multiply.outer, _outer_blas, _outer_split)
+_POOL = None
 
 
 # helper: _pick

@@ -105,7 +105,7 @@ def test_pick_does_not_time_a_very_slow_operation():
     assert calls == ["a", "b"] and ns["_PICKED"]["big"] == 0
 
 
-@pytest.mark.parametrize("form", [0, 1], ids=["broadcast", "blas"])
+@pytest.mark.parametrize("form", [0, 1, 2], ids=["broadcast", "blas", "threads"])
 def test_both_outer_forms_equal_numpy_outer_bit_for_bit(form):
     ns = _fresh(["_outer"])
     rng = np.random.default_rng(3)
@@ -128,3 +128,14 @@ def test_outer_product_timed_once_per_shape_and_then_cached():
     assert set(ns["_PICKED"]) == {("outer", 7, 5)}
     ns["_outer"](v, u)
     assert set(ns["_PICKED"]) == {("outer", 7, 5), ("outer", 5, 7)}
+
+
+def test_threaded_outer_product_on_one_cpu_and_with_short_vectors():
+    ns = _fresh(["_outer"])
+    rng = np.random.default_rng(5)
+    for m, n in ((1, 4), (2, 3), (5, 1), (300, 7)):
+        u, v = rng.standard_normal(m), rng.standard_normal(n)
+        assert np.array_equal(ns["_outer_split"](u, v), np.outer(u, v))
+    ns["_POOL"] = False  # as on a single CPU
+    u, v = rng.standard_normal(9), rng.standard_normal(4)
+    assert np.array_equal(ns["_outer_split"](u, v), np.outer(u, v))
