@@ -83,7 +83,16 @@ def bench(fns, repeats=None, budget=1.0, min_rep=5, max_rep=200, min_sample=5e-4
             for _ in range(number):
                 f()
             times[j].append((time.perf_counter() - t) / number)
+    bench.samples = times  # per round, for pair_ratio
     return [statistics.median(t) for t in times], outs
+
+
+def pair_ratio(i, j):
+    """Median over the rounds of the last bench() of time(fns[i]) / time(fns[j]) in the same
+    round: a slow spell of the machine (another process) slows both calls of a round, so
+    this ratio drifts less than the ratio of the two medians."""
+    a, b = bench.samples[i], bench.samples[j]
+    return statistics.median(x / y for x, y in zip(a, b) if y > 0)
 
 
 def rel_err(got, ref):
@@ -240,7 +249,7 @@ def worker(fw, sizes, workloads, args):
             inp = w.inputs(size, rng_for(w.name, size))
             try:
                 (t, th), (g, ref) = bench([make(w, inp), lambda: w.grad(**inp)], **reps(args))
-                res[f"{w.name}/{size}"] = (t, th, rel_err(np.asarray(g), ref))
+                res[f"{w.name}/{size}"] = (t, t / pair_ratio(0, 1), rel_err(np.asarray(g), ref))
             except Exception as e:
                 res[f"{w.name}/{size}"] = (None, None, short(e))
             log(f"[{fw}] {w.name}/{size} done")
@@ -329,15 +338,17 @@ def main(argv=None):
                     failures.append(f"value_and_grad {w.name}/{size}: {short(e)}")
             try:
                 times, outs = bench(fns, **reps(args))
+                if d is not None:  # the emitted time as its per-round ratio to the hand-written one
+                    times[1] = times[0] * pair_ratio(1, 0)
             except Exception as e:
                 failures.append(f"run {w.name}/{size}: {short(e)}")
                 rows.append((w, size, None, None, None, None, None, None, None))
                 continue
             t_emit = times[1] if d is not None else None
             t_checked = times[2] if d is not None else None
-            t_vg = times[3] / times[1] if vg is not None else None
-            t_vg1 = times[4] / times[1] if vg1 is not None else None
-            t_vgc = times[5] / times[2] if vg1 is not None else None
+            t_vg = pair_ratio(3, 1) if vg is not None else None
+            t_vg1 = pair_ratio(4, 1) if vg1 is not None else None
+            t_vgc = pair_ratio(5, 2) if vg1 is not None else None
             err = None
             try:
                 if d is not None:
@@ -378,7 +389,7 @@ def report(sizes, rows, fw_times, derive_rows, lrows, cli, failures, notes, args
            f"{platform.machine()}; {time.strftime('%Y-%m-%d %H:%M')}"
            + ("; **--quick** (tiny sizes, 2 repeats)" if args.quick else ""), "",
            "## Emitted function vs hand-written NumPy and jax.jit(grad)", "",
-           f"Medians of interleaved repeated calls after a warm-up. matcalc = the emitted function "
+           f"Medians of interleaved repeated calls after a warm-up; every ratio is the median of the per-round ratios (the calls of one round run back to back). matcalc = the emitted function "
            f"(`d.function.emitted`), hand = hand-written FLOP-optimal NumPy, both in this process; "
            f"jax = jax.jit(jax.grad), timed in its own process interleaved with the same "
            f"hand-written gradient, so jax/hand is that process's ratio and matcalc/jax = "
