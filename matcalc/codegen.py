@@ -67,6 +67,8 @@ def factor_base(n: Expr) -> tuple:
 
 
 IN_PLACE = ("exp", "log", "sqrt", "sin", "cos", "tanh", "expm1", "log1p")  # np.<op>(x, out=x)
+ARITH = ("add", "mul", "div")  # np.add(t, b, out=t) when t is a new matrix read nowhere else
+FRESH_OPS = ("matmul", "add", "mul", "div", "pow") + IN_PLACE  # their code makes a new array
 
 RESERVED = set(keyword.kwlist) | set(keyword.softkwlist) | set(dir(builtins)) | {"np", "numpy"}
 _TEMP = re.compile(r"^(t\d+|_.*|[a-z]*dim_.*)$")
@@ -107,6 +109,7 @@ class Emitter:
         self.dims_needed: dict = {}
         self.counter = 0
         self.temps: set = set()
+        self.owned: set = set()  # temporaries holding a new array that this function made
 
     def new_temp(self) -> str:
         self.counter += 1
@@ -216,6 +219,10 @@ class Emitter:
             return f"np.full({self.shape_src(n.shape)}, {v})"
         if op == "eye":
             return f"np.eye({self.dim(n.shape[0])})"
+        if op in ARITH and len(np_shape(n.shape)) == 2:
+            s = self.in_place(n, a)
+            if s is not None:
+                return s
         if op == "add":
             pairs = list(zip(n.args, a))
             first = next((i for i, (t, _) in enumerate(pairs) if self.negated(t) is None), 0)
@@ -300,8 +307,8 @@ class Emitter:
         if op in IN_PLACE and self.fresh_matrix(n.args[0], a[0]):
             # the argument is a new matrix used nowhere else: overwrite it, and spare an
             # allocation (for large arrays each new one costs page faults)
-            name = self.new_temp()
-            self.lines += [f"{name} = {a[0]}", f"np.{op}({name}, out={name})"]
+            name = self.own(a[0])
+            self.lines.append(f"np.{op}({name}, out={name})")
             return name
         tpl = TEMPLATES[op]
         if tpl.startswith("_"):
@@ -320,8 +327,61 @@ class Emitter:
 
     def fresh_matrix(self, arg: Expr, code: str) -> bool:
         """arg is computed here into a new float matrix that nothing else reads."""
-        return (len(np_shape(arg.shape)) == 2 and self.uses.get(arg, 0) == 1 and not code.isidentifier()
-                and arg.op in ("matmul", "add", "mul", "div") + IN_PLACE)
+        if len(np_shape(arg.shape)) != 2 or self.uses.get(arg, 0) != 1:
+            return False
+        return code in self.owned or (not code.isidentifier() and arg.op in FRESH_OPS)
+
+    def own(self, code: str) -> str:
+        """A temporary holding the new array code makes (code itself if it is one)."""
+        if code in self.owned:
+            return code
+        name = self.new_temp()
+        self.lines.append(f"{name} = {code}")
+        self.owned.add(name)
+        return name
+
+    def in_place(self, n: Expr, a: list):
+        """A matrix sum, product or quotient computed into the new matrix one of its first two
+        operands is, when nothing else reads that one: ``np.add(t, b, out=t)``.  The operations
+        and their order are those of the plain form ``(t + b + …)``, so are the numbers; an
+        allocation (and, for a large array, its page faults) is spared.  None: no such operand."""
+        ops = []  # (ufunc, code, IR node whose array the code is, or None)
+        if n.op == "add":
+            pairs = list(zip(n.args, a))
+            first = next((i for i, (t, _) in enumerate(pairs) if self.negated(t) is None), 0)
+            pairs.insert(0, pairs.pop(first))  # as the plain form: a positive term first
+            for t, code in pairs:
+                neg = self.negated(t)
+                if neg is None:
+                    ops.append(("add", code, t))
+                elif (t.op == "mul" and len(t.args) == 2 and t.args[0].attr == -1.0
+                      and self.uses.get(t, 0) == 1):
+                    ops.append(("subtract", neg, t.args[1]))  # - X: X's own array
+                else:
+                    ops.append(("subtract", neg, None))
+        elif n.op == "mul":
+            if n.args[0].op == "const" and n.args[0].attr == -1.0 or any(f.op == "norm2" for f in n.args):
+                return None  # (a norm in a denominator is divided out of the factors' own code)
+            ops = [("multiply", code, t) for t, code in zip(n.args, a)]
+        else:  # div
+            if n.args[1].op == "norm2" or (n.args[1].op == "mul" and any(f.op == "norm2" for f in n.args[1].args)):
+                return None
+            ops = [("divide", a[0], n.args[0]), ("divide", a[1], n.args[1])]
+        if ops[0][0] == "subtract":
+            return None
+        shape = np_shape(n.shape)
+        k = next((i for i in (0, 1) if ops[i][2] is not None and np_shape(ops[i][2].shape) == shape
+                  and self.fresh_matrix(ops[i][2], ops[i][1])), None)
+        if k is None:
+            return None
+        self.temps.add(n)  # its code is a name now: a - (c∘X) reads it, not X's (changed) array
+        name = self.own(ops[k][1])
+        first = [ops[0][1], ops[1][1]]
+        first[k] = name
+        self.lines.append(f"np.{ops[1][0]}({first[0]}, {first[1]}, out={name})")
+        for ufunc, code, _ in ops[2:]:
+            self.lines.append(f"np.{ufunc}({name}, {code}, out={name})")
+        return name
 
 
 def function_source(fname: str, outputs: list[Expr], param_names: list[str], syms: dict,
