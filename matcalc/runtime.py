@@ -71,7 +71,8 @@ def _outer(u, v):
     in this process (the BLAS form is twice as fast at most sizes and slower at some, which
     differ between CPUs; threads pay off on large arrays and idle CPUs).  All are the same
     products, so the same numbers."""
-    return _pick(("outer", u.shape[0], v.shape[0]), _OUTER_FORMS, u, v)
+    f = _PICKED.get(("outer", u.shape[0], v.shape[0]))
+    return f(u, v) if f is not None else _pick(("outer", u.shape[0], v.shape[0]), _OUTER_FORMS, u, v)
 
 
 def _outer_blas(u, v):
@@ -126,10 +127,11 @@ def _pick(key, forms, *args):
     On the first call for a key every form runs once to warm up and then at least twice
     more, interleaved; the best time of each counts, and another form replaces forms[0] only
     if it is at least 10% faster.  Timing stops after about 20 ms (a single call over 50 ms
-    keeps forms[0] untimed).  Later calls cost one dictionary lookup."""
-    i = _PICKED.get(key)
-    if i is not None:
-        return forms[i](*args)
+    keeps forms[0] untimed).  Later calls cost one dictionary lookup: _PICKED[key] is the
+    chosen form."""
+    f = _PICKED.get(key)
+    if f is not None:
+        return f(*args)
     from time import perf_counter
 
     best, outs, spent, rounds = [float("inf")] * len(forms), [None] * len(forms), 0.0, 0
@@ -147,7 +149,7 @@ def _pick(key, forms, *args):
         i = 0
     if len(_PICKED) > 1024:
         _PICKED.clear()
-    _PICKED[key] = i
+    _PICKED[key] = forms[i]
     return outs[i]
 
 
