@@ -74,6 +74,8 @@ def cases(n, ns, rng):
         ("exp of a new matrix in place", lambda: np.exp(A + B),
          lambda: (lambda t: np.exp(t, out=t))(A + B)),
         ("exp(z) − 1 as expm1", lambda: np.exp(u) - 1.0, lambda: np.expm1(u)),
+        ("0.5(C + AB) into AB's array", lambda: 0.5 * (B + A.dot(B)), lambda: into_new(A, B)),
+        ("(T − Y)(1 − T²) into new arrays", lambda: tanh_chain(A, B, False), lambda: tanh_chain(A, B, True)),
         ("inv (picked)", lambda: np.linalg.inv(S), lambda: ns["_inv"](S)),
         ("inv via getrf + getri", lambda: np.linalg.inv(S), lambda: ns["_inv_lu"](S)),
     ]
@@ -90,6 +92,23 @@ def cases(n, ns, rng):
         ("numexpr outer", lambda: np.outer(u, v), lambda: bc(u[:, None], v[None, :])),
     ]
     return out
+
+
+def into_new(A, B):
+    t = A.dot(B)
+    np.add(B, t, out=t)
+    np.multiply(0.5, t, out=t)
+    return t
+
+
+def tanh_chain(T, Y, in_place):
+    if not in_place:
+        return (T - Y) * (1.0 - np.square(T))
+    s = np.square(T)
+    np.subtract(1.0, s, out=s)
+    t = T - Y
+    np.multiply(t, s, out=t)
+    return t
 
 
 def main(argv=None):
