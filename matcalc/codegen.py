@@ -57,6 +57,7 @@ TEMPLATES = {
 }
 
 FACTOR_OPS = ("inv", "solve", "logdet", "det")
+BLAS_CALLS = (".dot(", "np.vdot(", "_outer(", "_inv(", "_lu(", "np.linalg.")
 
 
 def factor_base(n: Expr) -> tuple:
@@ -413,8 +414,19 @@ def function_source(fname: str, outputs: list[Expr], param_names: list[str], sym
     for dname, pname, axis in em.dims_needed.values():
         if re.search(rf"\b{dname}\b", text):  # (a summed array of ones is never built)
             head.append(f"    {dname} = {pname}.shape[{axis}]")
+    wrap = ""
+    if any(call in text for call in BLAS_CALLS):  # BLAS on one thread or all, as measured
+        covered, keys = set(), []
+        for name in param_names:
+            dims = {d for d in np_shape(syms[name].shape) if isinstance(d, str)}
+            if dims - covered:
+                covered |= dims
+                keys.append(params[name])
+        if keys:
+            em.helpers.add("_blas_threads")
+            wrap = f"\n\n\n{fname} = _blas_threads({fname}, ({', '.join(map(repr, keys))},))\n"
     helpers = "".join(HELPERS[h] + "\n\n" for h in helper_closure(em.helpers))
-    return helpers + "\n".join(head + body) + "\n", params
+    return helpers + "\n".join(head + body) + "\n" + wrap, params
 
 
 def module_source(functions: list[str]) -> str:

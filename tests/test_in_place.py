@@ -25,8 +25,8 @@ def _plain(expr, wrt, shapes):
         return vg
 
 
-def _first_form(key, forms, *args):
-    return forms[0](*args)
+def _first_form(key, forms, *args, **kw):
+    return forms[0](*args, **kw)
 
 
 def _same(expr, wrt, shapes, inputs):

@@ -140,3 +140,54 @@ def test_threaded_outer_product_on_one_cpu_and_with_short_vectors():
     ns["_POOL"] = False  # as on a single CPU
     u, v = rng.standard_normal(9), rng.standard_normal(4)
     assert np.array_equal(ns["_outer_split"](u, v), np.outer(u, v))
+
+
+def _blas_ns():
+    ns = _fresh(["_blas_threads"])
+    if ns["_thread_setter"]() is None:
+        pytest.skip("NumPy's BLAS has no openblas_set_num_threads_local (OpenBLAS < 0.3.27 or not OpenBLAS)")
+    return ns
+
+
+def test_one_blas_thread_form_agrees_and_restores_the_thread_setting():
+    ns = _blas_ns()
+    setter = ns["_thread_setter"]()
+    rng = np.random.default_rng(6)
+    A, x = rng.standard_normal((300, 200)), rng.standard_normal(200)
+
+    def grad(*, A, x):
+        return A.T.dot(A.dot(x))
+
+    wrapped = ns["_blas_threads"](grad, ("A",))
+    assert wrapped.__wrapped__ is grad and wrapped.__name__ == "grad"
+    ref = grad(A=A, x=x)
+    np.testing.assert_allclose(wrapped(A=A, x=x), ref, rtol=1e-12)
+    key = next(k for k in ns["_PICKED"] if k[0] is wrapped)
+    assert key[1:] == ((300, 200),)
+    before = setter(0)
+    setter(before)
+    ns["_pick"] = lambda key, forms, *a, **kw: forms[1](*a, **kw)  # the one-thread form
+    ns["_PICKED"].clear()
+    np.testing.assert_allclose(wrapped(A=A, x=x), ref, rtol=1e-12)
+    assert setter(before) == before  # the calling thread's setting is back
+
+
+def test_blas_threads_without_the_setter_is_the_function_itself():
+    ns = _fresh(["_blas_threads"])
+    ns["_THREADS"] = False  # as with a BLAS other than OpenBLAS >= 0.3.27
+
+    def f(*, A):
+        return A
+
+    assert ns["_blas_threads"](f, ("A",)) is f
+
+
+def test_emitted_functions_with_products_choose_their_blas_threads():
+    d = matcalc.derive("G:exp(X@W)", wrt="X", shapes={"G": ("n", "m"), "X": ("n", "d"), "W": ("d", "m")})
+    src = d.numpy_source
+    assert src.rstrip().endswith("grad_X = _blas_threads(grad_X, ('G', 'X',))"), src[-200:]
+    rng = np.random.default_rng(8)
+    G, X, W = rng.standard_normal((5, 3)), rng.standard_normal((5, 4)), rng.standard_normal((4, 3))
+    np.testing.assert_allclose(d.function(G=G, X=X, W=W), (G * np.exp(X @ W)) @ W.T, rtol=1e-13)
+    # no product, no wrapper
+    assert "_blas_threads" not in matcalc.derive("sum(exp(x)*y)", wrt="y").numpy_source.split("def grad_y")[1]
