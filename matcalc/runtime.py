@@ -192,25 +192,25 @@ def _pick(key, forms, /, *args, **kw):
     this process.  The forms compute the same values (to rounding) without writing into
     their arguments, and forms[0] is the safe default.
 
-    On the first call for a key every form runs once to warm up and then at least twice
-    more, interleaved; the best time of each counts, and another form replaces forms[0] only
-    if it is at least 10% faster.  Timing stops after about 20 ms (a single call over 50 ms
-    keeps forms[0] untimed).  Later calls cost one dictionary lookup: _PICKED[key] is the
-    chosen form."""
+    On the first call for a key every form runs once to warm up and once more timed,
+    interleaved, and again (up to three timed runs) while all this took under 20 ms; the
+    best time of each counts, and another form replaces forms[0] only if it is at least 10%
+    faster.  (When the warm-up alone took over a second, its own times decide: the first
+    call then costs each form once.)  Later calls cost one dictionary lookup: _PICKED[key]
+    is the chosen form."""
     f = _PICKED.get(key)
     if f is not None:
         return f(*args, **kw)
     from time import perf_counter
 
     best, outs, spent, rounds = [float("inf")] * len(forms), [None] * len(forms), 0.0, 0
-    while rounds < 4 and (rounds < 3 or spent < 0.02) and (rounds != 1 or spent < 0.05):
+    while rounds < 4 and (rounds < 2 or spent < 0.02) and (rounds != 1 or spent < 1.0):
         for k, f in enumerate(forms):
             t = perf_counter()
             outs[k] = f(*args, **kw)
             t = perf_counter() - t
             spent += t
-            if rounds:
-                best[k] = min(best[k], t)
+            best[k] = t if rounds <= 1 else min(best[k], t)  # (round 0: the warm-up)
         rounds += 1
     i = min(range(len(forms)), key=best.__getitem__)
     if not best[i] < 0.9 * best[0]:
