@@ -193,9 +193,9 @@ def _pick(key, forms, /, *args, **kw):
     their arguments, and forms[0] is the safe default.
 
     On the first call for a key every form runs once to warm up and once more timed,
-    interleaved, and again (up to three timed runs) while all this took under 20 ms; the
-    best time of each counts, and another form replaces forms[0] only if it is at least 10%
-    faster.  (When the warm-up alone took over a second, its own times decide: the first
+    interleaved, and again (up to five timed runs) while all this took under 20 ms; the
+    median time of each counts (a form that is fast only now and then is not taken), and
+    another form replaces forms[0] only if it is at least 10% faster.  (When the warm-up alone took over a second, its own times decide: the first
     call then costs each form once.)  Later calls cost one dictionary lookup: _PICKED[key]
     is the chosen form."""
     f = _PICKED.get(key)
@@ -203,17 +203,20 @@ def _pick(key, forms, /, *args, **kw):
         return f(*args, **kw)
     from time import perf_counter
 
-    best, outs, spent, rounds = [float("inf")] * len(forms), [None] * len(forms), 0.0, 0
-    while rounds < 4 and (rounds < 2 or spent < 0.02) and (rounds != 1 or spent < 1.0):
+    times, outs, spent, rounds = [[] for _ in forms], [None] * len(forms), 0.0, 0
+    while rounds < 6 and (rounds < 2 or spent < 0.02) and (rounds != 1 or spent < 1.0):
         for k, f in enumerate(forms):
             t = perf_counter()
             outs[k] = f(*args, **kw)
             t = perf_counter() - t
             spent += t
-            best[k] = t if rounds <= 1 else min(best[k], t)  # (round 0: the warm-up)
+            if rounds <= 1:  # round 0 is the warm-up: its time counts only if it is all
+                times[k] = []
+            times[k].append(t)
         rounds += 1
-    i = min(range(len(forms)), key=best.__getitem__)
-    if not best[i] < 0.9 * best[0]:
+    typical = [sorted(t)[(len(t) - 1) // 2] for t in times]  # the median (the lower one)
+    i = min(range(len(forms)), key=typical.__getitem__)
+    if not typical[i] < 0.9 * typical[0]:
         i = 0
     if len(_PICKED) > 1024:
         _PICKED.clear()
