@@ -1,17 +1,22 @@
 #!/usr/bin/env python
-"""Benchmark matcalc's emitted gradient functions against hand-written NumPy.
+"""Benchmark matcalc's emitted gradient functions against hand-written NumPy and jax.
 
-    python benchmarks/run.py --sizes small,medium,large --out benchmarks/results.md
-    python benchmarks/run.py --quick            # tiny sizes, 2 repeats, seconds
+    python benchmarks/run.py                        # every workload at every size
+    python benchmarks/run.py --sizes 64,512,L8,L8xB256 --workloads vae_kl,relu2_kl
+    python benchmarks/run.py --keep-memory          # freed memory kept in the process
+    python benchmarks/run.py --quick                # tiny sizes, 2 repeats, seconds
 
-For every workload and size: median time of matcalc's emitted ``.function``
-and of the hand-written FLOP-optimal gradient (calls interleaved, so the ratio
-is measured under the same conditions), value_and_grad cost, and
-jax.jit(jax.grad) / torch autograd ratios when those are installed (each in its
-own subprocess, since their thread pools interfere with NumPy's BLAS). Also
-derive() times, the deep-MLP L-scaling table and the cold CLI wall time.
-Exit status 1 if an emitted function disagrees with the hand-written gradient
-or anything else fails (the table is written anyway); timings never fail.
+Sizes: every workload but the MLPs at n = 64, 250, 256, 257, 500, 511, 512, 724, 1000,
+1023, 1024 and its large sizes (powers of two, their neighbours and odd sizes); the MLPs
+at width 256 with depth L (``L8``) and batch B (``L8xB250``).  For every workload and size:
+median time of matcalc's emitted function and of the hand-written FLOP-optimal gradient
+(calls interleaved, so the ratio is measured under the same conditions), value_and_grad
+cost, and jax.jit(jax.grad) / torch autograd when installed (each in its own subprocess,
+timed there interleaved with the same hand-written gradient: their thread pools would
+disturb NumPy's).  Also derive() times, the deep-MLP L-scaling table, the cold CLI wall
+time, the machine (CPU, NumPy, BLAS) and a summary of the targets.
+Exit status 1 if an emitted function disagrees with the hand-written gradient or anything
+else fails (the table is written anyway); timings never fail.
 """
 import argparse
 import importlib.util
@@ -29,12 +34,17 @@ from pathlib import Path
 
 import numpy as np
 
+from machine import MALLOC_VARS, describe
 from workloads import BY_NAME, VAE, WORKLOADS, mlp_expr, mlp_shapes
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 RATIO_TARGET, GEOMEAN_TARGET, DERIVE_TARGET_MS, LSCALE_TARGET, CLI_TARGET_S, VG_TARGET = (
-    1.10, 1.0, 20.0, 2.2, 0.5, 1.2)
+    1.10, 0.95, 20.0, 2.2, 0.3, 1.2)
+JAX_TARGET = 1.10  # no workload more than this times jax.jit(grad)'s time
+VG_SIZE = "64"     # the size at which value_and_grad / gradient ≤ VG_TARGET is asked
+KEEP_MEMORY = {"MALLOC_TRIM_THRESHOLD_": "1000000000", "MALLOC_MMAP_THRESHOLD_": "1000000000",
+               "MALLOC_TOP_PAD_": "100000000"}
 RTOL = 1e-6
 FRAMEWORKS = ("jax", "torch")
 
@@ -73,7 +83,16 @@ def bench(fns, repeats=None, budget=1.0, min_rep=5, max_rep=200, min_sample=5e-4
             for _ in range(number):
                 f()
             times[j].append((time.perf_counter() - t) / number)
+    bench.samples = times  # per round, for pair_ratio
     return [statistics.median(t) for t in times], outs
+
+
+def pair_ratio(i, j):
+    """Median over the rounds of the last bench() of time(fns[i]) / time(fns[j]) in the same
+    round: a slow spell of the machine (another process) slows both calls of a round, so
+    this ratio drifts less than the ratio of the two medians."""
+    a, b = bench.samples[i], bench.samples[j]
+    return statistics.median(x / y for x, y in zip(a, b) if y > 0)
 
 
 def rel_err(got, ref):
@@ -179,7 +198,7 @@ def cli_wall(runs, from_repo, failures):
 
 
 def run_frameworks(sizes, workloads, args, failures):
-    """Time jax / torch in one subprocess each; {fw: {(name, size): seconds}}."""
+    """Time jax / torch in one subprocess each; {fw: {(name, size): (seconds, hand seconds)}}."""
     out = {}
     for fw in FRAMEWORKS:
         if importlib.util.find_spec(fw) is None:
@@ -196,16 +215,17 @@ def run_frameworks(sizes, workloads, args, failures):
             failures.append(f"{fw} worker failed (exit {p.returncode}): {tail}")
             continue
         out[fw] = {}
-        for key, (t, err) in res.items():
+        for key, (t, t_hand, err) in res.items():
             name, size = key.split("/")
             if isinstance(err, str) or err > RTOL:
                 failures.append(f"{fw} {key}: gradient disagrees with hand-written ({err})")
-            out[fw][name, size] = t
+            out[fw][name, size] = (t, t_hand)
     return out
 
 
 def worker(fw, sizes, workloads, args):
-    """Subprocess body: time jax.jit(jax.grad) or torch autograd of each forward."""
+    """Subprocess body: time jax.jit(jax.grad) or torch autograd of each forward, interleaved
+    with the hand-written NumPy gradient in the same process."""
     if fw == "jax":
         import jax
         jax.config.update("jax_enable_x64", True)
@@ -225,15 +245,22 @@ def worker(fw, sizes, workloads, args):
             return lambda: torch.autograd.grad(w.lam(torch, **t), t[w.wrt])[0]
     res = {}
     for w in workloads:
-        for size in sizes:
+        for size in sizes_of(w, sizes):
             inp = w.inputs(size, rng_for(w.name, size))
             try:
-                (t,), (g,) = bench([make(w, inp)], **reps(args))
-                res[f"{w.name}/{size}"] = (t, rel_err(np.asarray(g), w.grad(**inp)))
+                (t, th), (g, ref) = bench([make(w, inp), lambda: w.grad(**inp)], **reps(args))
+                res[f"{w.name}/{size}"] = (t, t / pair_ratio(0, 1), rel_err(np.asarray(g), ref))
             except Exception as e:
-                res[f"{w.name}/{size}"] = (None, short(e))
+                res[f"{w.name}/{size}"] = (None, None, short(e))
             log(f"[{fw}] {w.name}/{size} done")
     print(json.dumps(res))
+
+
+def sizes_of(w, sizes):
+    """The sizes of workload w that were asked for, in w's order ("all": all but tiny)."""
+    if sizes == ["all"]:
+        return [s for s in w.sizes if s != "tiny"]
+    return [s for s in w.sizes if s in sizes]
 
 
 def reps(args):
@@ -244,15 +271,22 @@ def reps(args):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", default="small,medium,large")
+    ap.add_argument("--sizes", default="all",
+                    help="comma-separated size labels (64, 512, 4096, L8, L8xB256, …) or all")
     ap.add_argument("--out", default=str(HERE / "results.md"))
     ap.add_argument("--quick", action="store_true", help="tiny sizes, 2 repeats (smoke test)")
     ap.add_argument("--workloads", default=",".join(BY_NAME), help="comma-separated subset")
     ap.add_argument("--budget", type=float, default=1.5,
                     help="seconds of timed calls per workload and size (at least 5 rounds)")
     ap.add_argument("--no-frameworks", action="store_true", help="skip jax/torch even if installed")
+    ap.add_argument("--keep-memory", action="store_true",
+                    help="run with freed memory kept in the process (no page faults; see README)")
     ap.add_argument("--worker", choices=FRAMEWORKS, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.keep_memory and not all(os.environ.get(v) for v in MALLOC_VARS):
+        env = {**os.environ, **KEEP_MEMORY}  # glibc reads these at start-up: run again
+        return subprocess.run([sys.executable, str(Path(__file__).resolve())]
+                              + (sys.argv[1:] if argv is None else list(argv)), env=env).returncode
     sizes = ["tiny"] if args.quick else args.sizes.split(",")
     workloads = [BY_NAME[n] for n in args.workloads.split(",")]
     if args.worker:
@@ -281,7 +315,7 @@ def main(argv=None):
 
     rows = []  # (workload, size, emitted s, hand s, vg ratio, err)
     for w in workloads:
-        for size in sizes:
+        for size in sizes_of(w, sizes):
             log(f"{w.name}/{size} ...")
             inp = w.inputs(size, rng_for(w.name, size))
             fns = [lambda: w.grad(**inp)]
@@ -304,15 +338,17 @@ def main(argv=None):
                     failures.append(f"value_and_grad {w.name}/{size}: {short(e)}")
             try:
                 times, outs = bench(fns, **reps(args))
+                if d is not None:  # the emitted time as its per-round ratio to the hand-written one
+                    times[1] = times[0] * pair_ratio(1, 0)
             except Exception as e:
                 failures.append(f"run {w.name}/{size}: {short(e)}")
                 rows.append((w, size, None, None, None, None, None, None, None))
                 continue
             t_emit = times[1] if d is not None else None
             t_checked = times[2] if d is not None else None
-            t_vg = times[3] / times[1] if vg is not None else None
-            t_vg1 = times[4] / times[1] if vg1 is not None else None
-            t_vgc = times[5] / times[2] if vg1 is not None else None
+            t_vg = pair_ratio(3, 1) if vg is not None else None
+            t_vg1 = pair_ratio(4, 1) if vg1 is not None else None
+            t_vgc = pair_ratio(5, 2) if vg1 is not None else None
             err = None
             try:
                 if d is not None:
@@ -349,42 +385,85 @@ def main(argv=None):
 def report(sizes, rows, fw_times, derive_rows, lrows, cli, failures, notes, args):
     ms = lambda t: fmt(None if t is None else 1e3 * t, ".3f")
     ratio = lambda a, b: a / b if a is not None and b else None
-    out = ["# matcalc benchmark", "",
-           f"Python {platform.python_version()}, NumPy {np.__version__}, {os.cpu_count()} CPUs, "
+    out = ["# matcalc benchmark", "", describe(), "",
            f"{platform.machine()}; {time.strftime('%Y-%m-%d %H:%M')}"
            + ("; **--quick** (tiny sizes, 2 repeats)" if args.quick else ""), "",
-           "## Emitted function vs hand-written NumPy", "",
-           f"Medians of interleaved repeated calls after a warm-up. ratio = emitted / hand-written "
-           f"(target ≤ {RATIO_TARGET}, ✗ marks a miss); jax = jax.jit(jax.grad) / hand-written, "
-           f"torch = autograd / hand-written (each timed in its own process); v&g = "
-           f"value_and_grad (λ and all gradients of the listed wrt) / emitted single gradient "
-           f"(target ≤ {VG_TARGET}); v&g 1 = value_and_grad with the one wrt of the gradient "
-           f"(what λ adds) / emitted single gradient; v&g checked = `vg.function` / `d.function`, "
-           f"the same two with their argument checks, as a user calls them; err = max relative difference emitted vs hand-written. "
-           f"emitted = the function in `numpy_source` (`d.function.emitted`); checked = `d.function`, "
-           f"which also checks the arguments' ranks and sizes, / hand-written.", "",
-           "| workload | size | dims | emitted ms | hand ms | ratio | checked | jax | torch | v&g | v&g wrt | v&g 1 | v&g checked | err |",
-           "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|"]
-    per_size = {s: {"emitted": [], **{fw: [] for fw in FRAMEWORKS}} for s in sizes}
+           "## Emitted function vs hand-written NumPy and jax.jit(grad)", "",
+           f"Medians of interleaved repeated calls after a warm-up; every ratio is the median of the per-round ratios (the calls of one round run back to back). matcalc = the emitted function "
+           f"(`d.function.emitted`), hand = hand-written FLOP-optimal NumPy, both in this process; "
+           f"jax = jax.jit(jax.grad), timed in its own process interleaved with the same "
+           f"hand-written gradient, so jax/hand is that process's ratio and matcalc/jax = "
+           f"(matcalc/hand) / (jax/hand). Targets: matcalc/hand ≤ {RATIO_TARGET}, matcalc/jax ≤ "
+           f"{JAX_TARGET} (✗ marks a miss). checked = `d.function` (which also checks its "
+           f"arguments) / hand; torch = autograd / hand (own process); v&g = value_and_grad (λ and "
+           f"the gradients of the listed wrt) / emitted single gradient; v&g 1 = value_and_grad with "
+           f"the gradient's own wrt only (what λ adds); v&g checked = `vg.function` / `d.function` "
+           f"(target ≤ {VG_TARGET} at size {VG_SIZE}); err = max relative difference emitted vs hand.", "",
+           "| workload | size | dims | hand ms | matcalc ms | jax ms | matcalc/hand | jax/hand "
+           "| matcalc/jax | checked | torch | v&g | v&g wrt | v&g 1 | v&g checked | err |",
+           "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|"]
+    by_w = {}
+    summary = {"worst": (0.0, None), "worst_jax": (0.0, None), "vg": []}
     for w, size, te, th, vg, err, tc, vg1, vgc in rows:
         r = ratio(te, th)
-        per_size[size]["emitted"].append(r)
-        fr = {fw: ratio(fw_times.get(fw, {}).get((w.name, size)), th) for fw in FRAMEWORKS}
-        for fw in FRAMEWORKS:
-            per_size[size][fw].append(fr[fw])
+        fr = {fw: ratio(*fw_times[fw][w.name, size]) if (w.name, size) in fw_times.get(fw, {}) else None
+              for fw in FRAMEWORKS}
+        rj = ratio(r, fr["jax"])
+        g = by_w.setdefault(w.name, {"matcalc": [], "jax": [], "torch": [], "mj": []})
+        g["matcalc"].append(r)
+        g["jax"].append(fr["jax"])
+        g["torch"].append(fr["torch"])
+        g["mj"].append(rj)
+        if r is not None and r > summary["worst"][0]:
+            summary["worst"] = (r, f"{w.name} {size}")
+        if rj is not None and rj > summary["worst_jax"][0]:
+            summary["worst_jax"] = (rj, f"{w.name} {size}")
+        if size == VG_SIZE:
+            summary["vg"].append((w.name, vg, vg1, vgc))
+        tj = fw_times.get("jax", {}).get((w.name, size), (None, None))[0]
         dims = " ".join(f"{k}={v}" for k, v in w.sizes[size].items())
-        out.append(f"| {w.name} | {size} | {dims} | {ms(te)} | {ms(th)} | {fmt(r, target=RATIO_TARGET)} "
-                   f"| {fmt(ratio(tc, th))} | {fmt(fr['jax'])} | {fmt(fr['torch'])} | {fmt(vg, target=VG_TARGET)} "
-                   f"| {','.join(w.vg_wrt)} | {fmt(vg1, target=VG_TARGET)} "
-                   f"| {fmt(vgc, target=VG_TARGET)} | {fmt(err, '.1e')} |")
-    out += ["", f"Geometric means of the ratios (target ≤ {GEOMEAN_TARGET} for emitted):", "",
-            "| size | emitted/hand | jax/hand | torch/hand |", "|---|---:|---:|---:|"]
-    for s in sizes:
-        g = {k: geomean(v) for k, v in per_size[s].items()}
-        out.append(f"| {s} | {fmt(g['emitted'], '.3f', GEOMEAN_TARGET)} | {fmt(g['jax'], '.3f')} "
-                   f"| {fmt(g['torch'], '.3f')} |")
-    g_all = geomean([x for s in sizes for x in per_size[s]["emitted"]])
-    out.append(f"| all | {fmt(g_all, '.3f', GEOMEAN_TARGET)} | | |")
+        vg_target = VG_TARGET if size == VG_SIZE else None
+        out.append(f"| {w.name} | {size} | {dims} | {ms(th)} | {ms(te)} | {ms(tj)} "
+                   f"| {fmt(r, target=RATIO_TARGET)} | {fmt(fr['jax'])} | {fmt(rj, target=JAX_TARGET)} "
+                   f"| {fmt(ratio(tc, th))} | {fmt(fr['torch'])} | {fmt(vg, target=vg_target)} "
+                   f"| {','.join(w.vg_wrt)} | {fmt(vg1, target=vg_target)} "
+                   f"| {fmt(vgc, target=vg_target)} | {fmt(err, '.1e')} |")
+    out += ["", f"Geometric means of the ratios over each workload's sizes (target ≤ {GEOMEAN_TARGET} "
+            f"for matcalc/hand over all, and below jax/hand):", "",
+            "| workload | sizes | matcalc/hand | jax/hand | matcalc/jax | torch/hand |",
+            "|---|---:|---:|---:|---:|---:|"]
+    for name, g in by_w.items():
+        out.append(f"| {name} | {len(g['matcalc'])} | {fmt(geomean(g['matcalc']), '.3f')} "
+                   f"| {fmt(geomean(g['jax']), '.3f')} | {fmt(geomean(g['mj']), '.3f')} "
+                   f"| {fmt(geomean(g['torch']), '.3f')} |")
+    every = {k: geomean([x for g in by_w.values() for x in g[k]]) for k in ("matcalc", "jax", "mj", "torch")}
+    # over the cells where jax ran, so that both geometric means cover the same cells
+    paired = [(m, j) for g in by_w.values() for m, j in zip(g["matcalc"], g["jax"])
+              if m is not None and j is not None]
+    gm_m, gm_j = geomean([m for m, _ in paired]), geomean([j for _, j in paired])
+    out.append(f"| all | {sum(len(g['matcalc']) for g in by_w.values())} "
+               f"| {fmt(every['matcalc'], '.3f', GEOMEAN_TARGET)} | {fmt(every['jax'], '.3f')} "
+               f"| {fmt(every['mj'], '.3f')} | {fmt(every['torch'], '.3f')} |")
+
+    met = lambda ok: "n/a" if ok is None else ("met" if ok else "**not met**")
+    worst, worst_at = summary["worst"]
+    wj, wj_at = summary["worst_jax"]
+    vgs = [x for _, *v in summary["vg"] for x in v if x is not None]
+    cli_t = cli[0]
+    out += ["", "## Targets", "",
+            f"- every workload at every size ≤ {RATIO_TARGET}× hand-written: "
+            f"{met(worst <= RATIO_TARGET if worst_at else None)} (worst {worst:.2f}, {worst_at})",
+            f"- geometric mean ≤ {GEOMEAN_TARGET}: {met(None if every['matcalc'] is None else every['matcalc'] <= GEOMEAN_TARGET)} "
+            f"({fmt(every['matcalc'], '.3f')})",
+            f"- geometric mean below jax.jit(grad)'s (same cells): "
+            f"{met(None if gm_j is None else gm_m < gm_j)} (matcalc {fmt(gm_m, '.3f')}, jax {fmt(gm_j, '.3f')})",
+            f"- no workload > {JAX_TARGET}× jax.jit(grad)'s time: {met(wj <= JAX_TARGET if wj_at else None)} "
+            f"(worst {wj:.2f}, {wj_at})",
+            f"- value_and_grad ≤ {VG_TARGET}× the gradient at size {VG_SIZE}: "
+            f"{met(max(vgs) <= VG_TARGET if vgs else None)} ("
+            + ", ".join(f"{n} {fmt(a)}/{fmt(b)}/{fmt(c)}" for n, a, b, c in summary["vg"]) + "; v&g/v&g 1/v&g checked)",
+            f"- cold CLI ≤ {CLI_TARGET_S} s: {met(None if cli_t is None else cli_t <= CLI_TARGET_S)} "
+            f"({fmt(cli_t, '.3f')} s)"]
 
     n = 2 if args.quick else 7
     out += ["", "## derive() time (parse to callable, warm process)", "",

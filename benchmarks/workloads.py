@@ -38,8 +38,17 @@ class Workload:
         return self.make(rng, **self.sizes[size])
 
 
-def _sizes(tiny, small, medium, large):
-    return {"tiny": tiny, "small": small, "medium": medium, "large": large}
+# The vector size n of every workload but the MLPs: powers of two, their neighbours and odd
+# sizes (a BLAS kernel or the cache can behave differently at a power of two).
+SIZES = (64, 250, 256, 257, 500, 511, 512, 724, 1000, 1023, 1024)
+
+
+def _sizes(tiny, dims, large=()):
+    """{"tiny": tiny, "64": dims(64), …, "1024": dims(1024), then the large sizes}."""
+    out = {"tiny": tiny}
+    for n in SIZES + tuple(large):
+        out[str(n)] = dims(n)
+    return out
 
 
 def _randn(rng, *shape, scale=1.0):
@@ -76,7 +85,7 @@ def _vae_grad(W, x, c, m, alpha):
 VAE = Workload(
     "vae_kl", "alpha*(exp(W@x+c)-W@x-c+m*m-1):1", "W",
     {"W": ("a", "b"), "x": ("b",), "c": ("a",), "m": ("a",), "alpha": ()},
-    _sizes(dict(a=4, b=3), dict(a=64, b=64), dict(a=512, b=512), dict(a=4096, b=4096)),
+    _sizes(dict(a=4, b=3), lambda n: dict(a=n, b=n), large=(2048, 4096)),
     _vae_make, _vae_lam, _vae_grad, vg_wrt=["W", "c", "m", "alpha"])
 
 
@@ -104,8 +113,7 @@ def _relu2_grad(W0, x, b0, W1, b1, m):
 RELU2 = Workload(
     "relu2_kl", "0.5*(exp(W1@relu(W0@x+b0)+b1) - (W1@relu(W0@x+b0)+b1) + m*m - 1):1", "W0",
     {"W0": ("h", "d"), "x": ("d",), "b0": ("h",), "W1": ("o", "h"), "b1": ("o",), "m": ("o",)},
-    _sizes(dict(d=3, h=4, o=5), dict(d=64, h=64, o=64), dict(d=512, h=512, o=512),
-           dict(d=4096, h=4096, o=4096)),
+    _sizes(dict(d=3, h=4, o=5), lambda n: dict(d=n, h=n, o=n), large=(2048, 4096)),
     _relu2_make, _relu2_lam, _relu2_grad, vg_wrt=["W0", "b0", "b1", "m"])
 
 
@@ -125,14 +133,13 @@ def _gexp_grad(G, X, W):
 
 GEXP = Workload(
     "g_exp_xw", "G:exp(X@W)", "X", {"G": ("n", "m"), "X": ("n", "d"), "W": ("d", "m")},
-    _sizes(dict(n=3, d=4, m=5), dict(n=64, d=64, m=64), dict(n=256, d=256, m=256),
-           dict(n=1024, d=1024, m=1024)),
+    _sizes(dict(n=3, d=4, m=5), lambda n: dict(n=n, d=n, m=n), large=(2048,)),
     _gexp_make, _gexp_lam, _gexp_grad, vg_wrt=["X", "G"])
 
 
 # 4. least squares and logistic loss wrt w -------------------------------------
 
-_REG_SIZES = _sizes(dict(n=5, d=3), dict(n=64, d=64), dict(n=512, d=512), dict(n=4096, d=4096))
+_REG_SIZES = _sizes(dict(n=5, d=3), lambda n: dict(n=n, d=n), large=(2048, 4096))
 _REG_SHAPES = {"X": ("n", "d"), "w": ("d",), "y": ("n",)}
 
 
@@ -242,12 +249,13 @@ class MLPWorkload(Workload):
         return mlp_shapes(self.sizes[size]["L"], self.batch)
 
 
-MLP_VEC = MLPWorkload("mlp_tanh_b1", False, _sizes(
-    dict(L=3, d=3, h=4), dict(L=2, d=256, h=256), dict(L=8, d=256, h=256),
-    dict(L=32, d=256, h=256)))
-MLP_BATCH = MLPWorkload("mlp_tanh_b256", True, _sizes(
-    dict(L=3, d=3, h=4, B=5), dict(L=2, d=256, h=256, B=256), dict(L=8, d=256, h=256, B=256),
-    dict(L=32, d=256, h=256, B=256)))
+# width 256 throughout; the depth L and the batch B vary (B: powers of two and odd sizes)
+MLP_VEC = MLPWorkload("mlp_tanh_b1", False, {
+    "tiny": dict(L=3, d=3, h=4), **{f"L{L}": dict(L=L, d=256, h=256) for L in (2, 4, 8, 16, 32)}})
+MLP_BATCH = MLPWorkload("mlp_tanh_batch", True, {
+    "tiny": dict(L=3, d=3, h=4, B=5),
+    **{f"L{L}xB256": dict(L=L, d=256, h=256, B=256) for L in (2, 8, 32)},
+    **{f"L8xB{B}": dict(L=8, d=256, h=256, B=B) for B in (64, 250, 257, 500, 512, 1000, 1024)}})
 
 
 # 6. Gaussian NLL wrt S ----------------------------------------------------------
@@ -271,7 +279,7 @@ def _nll_grad(S, x, mu):
 NLL = Workload(
     "gaussian_nll", "0.5*logdet(S) + 0.5*(x-mu).T@inv(S)@(x-mu)", "S",
     {"S": ("n", "n"), "x": ("n",), "mu": ("n",)},
-    _sizes(dict(n=4), dict(n=64), dict(n=256), dict(n=1024)),
+    _sizes(dict(n=4), lambda n: dict(n=n), large=(2048,)),
     _nll_make, _nll_lam, _nll_grad, vg_wrt=["S", "x", "mu"])
 
 

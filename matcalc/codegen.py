@@ -16,188 +16,37 @@ from . import ir
 from .ir import SCALAR, Expr
 from .ops import REGISTRY
 
-HELPERS = {
-    "_sigmoid": '''def _sigmoid(z):
-    return np.exp(-np.logaddexp(0.0, -z))
-''',
-    "_logsumexp": '''def _logsumexp(z):
-    m = np.maximum.reduce(z, None)
-    return m + np.log(np.add.reduce(np.exp(z - m), None))
-''',
-    "_over_norm": '''def _over_norm(a, n):
-    # a / ‖x‖, and 0 where ‖x‖ = 0: the least-norm subgradient of ‖x‖ there
-    return a / n if n > 0 else 0.0 * a
-''',
-    "_norm2": '''def _norm2(x):
-    n = np.linalg.norm(x)
-    if 0.0 < n < np.inf:
-        return n
-    m = np.max(np.abs(x))  # the sum of squares under- or overflowed: scale first
-    return m * np.linalg.norm(x / m) if 0.0 < m < np.inf else n
-''',
-    "_ones": '''def _ones(n):
-    """n ones, read-only and kept: a sum is a BLAS dot product with them (a fraction of
-    the call overhead of a ufunc reduction on small arrays, and no slower on large ones)."""
-    v = _ONES.get(n)
-    if v is None:
-        if len(_ONES) > 64:
-            _ONES.clear()
-        v = _ONES[n] = np.ones(n)
-        v.flags.writeable = False
-    return v
+def _helper_blocks() -> tuple[dict, dict]:
+    """name -> source, and name -> the helpers it calls, from the blocks of runtime.py
+    (read as text: emitting code does not import NumPy)."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent / "runtime.py").read_text(encoding="utf-8")
+    sources, needs = {}, {}
+    for part in re.split(r"^# helper: ", text, flags=re.M)[1:]:
+        head, _, body = part.partition("\n")
+        name, _, deps = head.partition(", needs:")
+        sources[name.strip()] = body.strip("\n") + "\n"
+        needs[name.strip()] = tuple(deps.split())
+    return sources, needs
 
 
-_ONES = {}
-''',
-    "_outer": '''def _outer(u, v):
-    """u vᵀ.  Up to 2¹⁹ entries as a BLAS product of a column and a row, about twice as
-    fast as a broadcast multiply there (the same products, so the same numbers); above,
-    where BLAS packs its operands slowly, the broadcast multiply."""
-    if u.shape[0] * v.shape[0] <= 524288:
-        return u[:, None].dot(v[None, :])
-    return np.multiply.outer(u, v)
-''',
-    "_erf": '''def _erf(z):
-    from scipy.special import erf
-    return erf(z)
-''',
-    "_gelu": '''def _gelu(z):
-    from scipy.special import erf
-    return 0.5 * z * (1.0 + erf(z * 0.7071067811865476))
-''',
-    "_logsumexp_axis": '''def _logsumexp_axis(z, axis):
-    m = np.maximum.reduce(z, axis, keepdims=True)
-    return np.squeeze(m, axis) + np.log(np.add.reduce(np.exp(z - m), axis))
-''',
-    "_softmax_axis": '''def _softmax_axis(z, axis):
-    e = np.exp(z - np.maximum.reduce(z, axis, keepdims=True))
-    return e / np.add.reduce(e, axis, keepdims=True)
-''',
-    "_softmax": '''def _softmax(z):
-    e = np.exp(z - np.maximum.reduce(z, None))
-    return e / np.add.reduce(e, None)
-''',
-    # One LU factorisation of a matrix shared by its inv, solve, logdet and det, through
-    # the LAPACK inside NumPy's own OpenBLAS (numpy.linalg factors again on every call
-    # and computes inv as a solve against I).  Without that library: numpy.linalg.
-    "_lu": '''def _load_lapack():
-    """getrf, getrs and getri (64-bit integers) of NumPy's OpenBLAS, or None."""
-    try:
-        import ctypes
-        import glob
-        import os
-        here = os.path.dirname(np.__file__)
-        paths = sorted(glob.glob(os.path.join(here + ".libs", "*openblas*"))
-                       + glob.glob(os.path.join(here, ".dylibs", "*openblas*")))
-        for path in paths:
-            for prefix in ("scipy_", ""):
-                try:
-                    lib = ctypes.CDLL(path)
-                    fns = tuple(lib[prefix + "d" + f + "_64_"] for f in ("getrf", "getrs", "getri"))
-                except (OSError, AttributeError):
-                    continue
-                for f in fns:
-                    f.restype = None
-                lapack = (ctypes, fns)
-                a = np.array([[0.5, 2.0, 1.0], [3.0, -1.0, 0.25], [1.5, 0.5, 4.0]])
-                lu = _lu(a, lapack)
-                if (np.allclose(_lu_inv(lu, lapack), np.linalg.inv(a))
-                        and np.allclose(_lu_solve(lu, a[:, :2], True, lapack), np.linalg.solve(a.T, a[:, :2]))
-                        and np.isclose(_lu_det(lu), np.linalg.det(a))):
-                    return lapack
-    except Exception:
-        pass
-    return None
+HELPERS, HELPER_NEEDS = _helper_blocks()
 
 
-def _lapack():
-    """The LAPACK functions, looked up on first use (False: not available)."""
-    global _LAPACK
-    if _LAPACK is None:
-        _LAPACK = _load_lapack() or False
-    return _LAPACK or None
+def helper_closure(names) -> list:
+    """The helpers names call, with those they need in turn, sorted."""
+    todo, out = list(names), set()
+    while todo:
+        h = todo.pop()
+        if h not in out:
+            out.add(h)
+            todo.extend(HELPER_NEEDS.get(h, ()))
+    return sorted(out)
 
-
-def _lu(a, lapack=None):
-    """(a, LU factors of a, pivots, singular?); factors None when LAPACK is not reachable."""
-    lapack = lapack or _lapack()
-    a = np.asarray(a, dtype=float)
-    if lapack is None or a.shape[0] < 2:
-        return a, None, None, False
-    ctypes, (getrf, _, _) = lapack
-    n, info = ctypes.byref(ctypes.c_int64(a.shape[0])), ctypes.c_int64(0)
-    piv = np.empty(a.shape[0], dtype=np.int64)
-    f = np.array(a, order="C")  # a C-order copy, which LAPACK reads as a.T
-    getrf(n, n, ctypes.c_void_p(f.ctypes.data), n, ctypes.c_void_p(piv.ctypes.data), ctypes.byref(info))
-    return a, f, piv, info.value > 0
-
-
-def _lu_singular(lu):
-    if lu[3]:
-        raise np.linalg.LinAlgError("Singular matrix")
-
-
-def _lu_inv(lu, lapack=None, overwrite=False):
-    """inv(a) from its factors (getri); a copy unless the factors are needed no more."""
-    lapack = lapack or _lapack()
-    a, f, piv, _ = lu
-    if f is None:
-        return np.linalg.inv(a)
-    _lu_singular(lu)
-    ctypes, (_, _, getri) = lapack
-    n, info = ctypes.byref(ctypes.c_int64(a.shape[0])), ctypes.c_int64(0)
-    f = f if overwrite else f.copy()
-    work = np.empty(64 * a.shape[0])
-    getri(n, ctypes.c_void_p(f.ctypes.data), n, ctypes.c_void_p(piv.ctypes.data),
-          ctypes.c_void_p(work.ctypes.data), ctypes.byref(ctypes.c_int64(work.size)), ctypes.byref(info))
-    return f  # LAPACK inverted a.T in Fortran order: in C order this is inv(a)
-
-
-def _lu_solve(lu, b, transposed=False, lapack=None):
-    """solve(a, b), or solve(a.T, b) if transposed, from the factors of a (getrs)."""
-    lapack = lapack or _lapack()
-    a, f, piv, _ = lu
-    if f is None:
-        return np.linalg.solve(a.T if transposed else a, b)
-    _lu_singular(lu)
-    ctypes, (_, getrs, _) = lapack
-    x = np.array(np.transpose(b), dtype=float, order="C")  # C order of b.T = Fortran order of b
-    n, info = ctypes.byref(ctypes.c_int64(a.shape[0])), ctypes.c_int64(0)
-    nrhs = ctypes.byref(ctypes.c_int64(1 if x.ndim == 1 else x.shape[0]))
-    getrs(ctypes.c_char_p(b"N" if transposed else b"T"), n, nrhs, ctypes.c_void_p(f.ctypes.data), n,
-          ctypes.c_void_p(piv.ctypes.data), ctypes.c_void_p(x.ctypes.data), n, ctypes.byref(info),
-          ctypes.c_size_t(1))
-    return x.T
-
-
-def _lu_logdet(lu):
-    """log|det a| from the factors: the log-sum of |diagonal of U|."""
-    a, f, _, singular = lu
-    if f is None:
-        return np.linalg.slogdet(a)[1]
-    return -np.inf if singular else np.add.reduce(np.log(np.abs(f.diagonal())))
-
-
-def _lu_det(lu):
-    """det a from the factors: sign from the row swaps and U's diagonal, size from the log."""
-    a, f, piv, singular = lu
-    if f is None:
-        return np.linalg.det(a)
-    if singular:
-        return 0.0
-    swaps = np.count_nonzero(piv != np.arange(1, len(piv) + 1))
-    return (-1.0) ** swaps * np.prod(np.sign(f.diagonal())) * np.exp(_lu_logdet(lu))
-
-
-def _inv(a):
-    return _lu_inv(_lu(a), overwrite=True)
-
-
-_LAPACK = None
-''',
-}
 
 FACTOR_OPS = ("inv", "solve", "logdet", "det")
+BLAS_CALLS = (".dot(", "np.vdot(", "_outer(", "_inv(", "_lu(", "np.linalg.")
 
 
 def factor_base(n: Expr) -> tuple:
@@ -209,6 +58,8 @@ def factor_base(n: Expr) -> tuple:
 
 # np.<ufunc>(x, out=x) on a fresh matrix
 IN_PLACE = tuple(op.name for op in REGISTRY.values() if op.in_place)
+ARITH = ("add", "mul", "div")  # np.add(t, b, out=t) when t is a new matrix read nowhere else
+FRESH_OPS = ("matmul", "add", "mul", "div", "pow") + IN_PLACE  # their code makes a new array
 
 RESERVED = set(keyword.kwlist) | set(keyword.softkwlist) | set(dir(builtins)) | {"np", "numpy"}
 _TEMP = re.compile(r"^(t\d+|_.*|[a-z]*dim_.*)$")
@@ -249,6 +100,7 @@ class Emitter:
         self.dims_needed: dict = {}
         self.counter = 0
         self.temps: set = set()
+        self.owned: set = set()  # temporaries holding a new array that this function made
 
     def new_temp(self) -> str:
         self.counter += 1
@@ -362,6 +214,10 @@ class Emitter:
             return f"np.eye({self.dim(n.shape[0])})"
         if op == "dim":
             return self.dim(n.attr)
+        if op in ARITH and len(np_shape(n.shape)) == 2:
+            s = self.in_place(n, a)
+            if s is not None:
+                return s
         if op in ("add", "mul", "div"):
             return self.arithmetic(n, a)
         if op == "pow":
@@ -416,8 +272,8 @@ class Emitter:
         if op in IN_PLACE and self.fresh_matrix(n.args[0], a[0]):
             # the argument is a new matrix used nowhere else: overwrite it, and spare an
             # allocation (for large arrays each new one costs page faults)
-            name = self.new_temp()
-            self.lines += [f"{name} = {a[0]}", f"np.{REGISTRY[op].ufunc}({name}, out={name})"]
+            name = self.own(a[0])
+            self.lines.append(f"np.{REGISTRY[op].ufunc}({name}, out={name})")
             return name
         spec = REGISTRY[op]
         self.helpers.update(spec.helpers)
@@ -492,8 +348,61 @@ class Emitter:
 
     def fresh_matrix(self, arg: Expr, code: str) -> bool:
         """arg is computed here into a new float matrix that nothing else reads."""
-        return (len(np_shape(arg.shape)) == 2 and self.uses.get(arg, 0) == 1 and not code.isidentifier()
-                and arg.op in ("matmul", "add", "mul", "div") + IN_PLACE)
+        if len(np_shape(arg.shape)) != 2 or self.uses.get(arg, 0) != 1:
+            return False
+        return code in self.owned or (not code.isidentifier() and arg.op in FRESH_OPS)
+
+    def own(self, code: str) -> str:
+        """A temporary holding the new array code makes (code itself if it is one)."""
+        if code in self.owned:
+            return code
+        name = self.new_temp()
+        self.lines.append(f"{name} = {code}")
+        self.owned.add(name)
+        return name
+
+    def in_place(self, n: Expr, a: list):
+        """A matrix sum, product or quotient computed into the new matrix one of its first two
+        operands is, when nothing else reads that one: ``np.add(t, b, out=t)``.  The operations
+        and their order are those of the plain form ``(t + b + …)``, so are the numbers; an
+        allocation (and, for a large array, its page faults) is spared.  None: no such operand."""
+        ops = []  # (ufunc, code, IR node whose array the code is, or None)
+        if n.op == "add":
+            pairs = list(zip(n.args, a))
+            first = next((i for i, (t, _) in enumerate(pairs) if self.negated(t) is None), 0)
+            pairs.insert(0, pairs.pop(first))  # as the plain form: a positive term first
+            for t, code in pairs:
+                neg = self.negated(t)
+                if neg is None:
+                    ops.append(("add", code, t))
+                elif (t.op == "mul" and len(t.args) == 2 and t.args[0].attr == -1.0
+                      and self.uses.get(t, 0) == 1):
+                    ops.append(("subtract", neg, t.args[1]))  # - X: X's own array
+                else:
+                    ops.append(("subtract", neg, None))
+        elif n.op == "mul":
+            if n.args[0].op == "const" and n.args[0].attr == -1.0 or any(f.op == "norm2" for f in n.args):
+                return None  # (a norm in a denominator is divided out of the factors' own code)
+            ops = [("multiply", code, t) for t, code in zip(n.args, a)]
+        else:  # div
+            if n.args[1].op == "norm2" or (n.args[1].op == "mul" and any(f.op == "norm2" for f in n.args[1].args)):
+                return None
+            ops = [("divide", a[0], n.args[0]), ("divide", a[1], n.args[1])]
+        if ops[0][0] == "subtract":
+            return None
+        shape = np_shape(n.shape)
+        k = next((i for i in (0, 1) if ops[i][2] is not None and np_shape(ops[i][2].shape) == shape
+                  and self.fresh_matrix(ops[i][2], ops[i][1])), None)
+        if k is None:
+            return None
+        self.temps.add(n)  # its code is a name now: a - (c∘X) reads it, not X's (changed) array
+        name = self.own(ops[k][1])
+        first = [ops[0][1], ops[1][1]]
+        first[k] = name
+        self.lines.append(f"np.{ops[1][0]}({first[0]}, {first[1]}, out={name})")
+        for ufunc, code, _ in ops[2:]:
+            self.lines.append(f"np.{ufunc}({name}, {code}, out={name})")
+        return name
 
 
 def function_source(fname: str, outputs: list[Expr], param_names: list[str], syms: dict,
@@ -531,8 +440,19 @@ def function_source(fname: str, outputs: list[Expr], param_names: list[str], sym
     head.extend(entry_conversions([p for p in param_names if re.search(rf"\b{params[p]}\b", used)],
                                   params, syms))
     head.extend(dims)
-    helpers = "".join(HELPERS[h] + "\n\n" for h in sorted(em.helpers))
-    return helpers + "\n".join(head + body) + "\n", params
+    wrap = ""
+    if any(call in text for call in BLAS_CALLS):  # BLAS on one thread or all, as measured
+        covered, keys = set(), []
+        for name in param_names:
+            named = {d for d in np_shape(syms[name].shape) if isinstance(d, str)}
+            if named - covered:
+                covered |= named
+                keys.append(params[name])
+        if keys:
+            em.helpers.add("_blas_threads")
+            wrap = f"\n\n\n{fname} = _blas_threads({fname}, ({', '.join(map(repr, keys))},))\n"
+    helpers = "".join(HELPERS[h] + "\n\n" for h in helper_closure(em.helpers))
+    return helpers + "\n".join(head + body) + "\n" + wrap, params
 
 
 def num(v: float) -> str:

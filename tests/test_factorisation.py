@@ -7,13 +7,14 @@ import numpy as np
 import pytest
 
 import matcalc
-from matcalc.codegen import HELPERS
+from matcalc.codegen import HELPERS, helper_closure
 from support.fd import central_fd_grad, rel_error
 
 
 def _helpers(lapack: bool) -> dict:
     ns = {"np": np}
-    exec(compile(HELPERS["_lu"], "<helpers>", "exec"), ns)  # noqa: S102 - matcalc's own text
+    for h in helper_closure(["_lu"]):
+        exec(compile(HELPERS[h], "<helpers>", "exec"), ns)  # noqa: S102 - matcalc's own text
     if not lapack:
         ns["_LAPACK"] = False  # as when no LAPACK was found
     return ns
@@ -48,6 +49,27 @@ def test_helpers_agree_with_numpy_linalg(lapack, n, layout):
         assert np.sign(det) == sign and np.isclose(det, np.linalg.det(A), rtol=1e-10)
         assert np.allclose(h["_inv"](A), np.linalg.inv(A), rtol=1e-10, atol=1e-12)
         assert np.array_equal(A, np.asarray(A))  # the input is not overwritten
+
+
+@pytest.mark.parametrize("form", [0, 1])
+@pytest.mark.parametrize("n", [2, 17, 64, 257])
+def test_each_inverse_form_agrees_and_keeps_its_input(form, n):
+    """The forms the emitter times against each other: numpy.linalg.inv or getrf + getri (for
+    inv alone), getri or a solve against I (from shared factors).  Forced here one by one."""
+    h = _helpers(True)
+    rng = np.random.default_rng(n)
+    A = _matrix(n, rng, -1.0)
+    A0 = A.copy()
+    h["_PICKED"].update({("inv", n): (np.linalg.inv, h["_inv_lu"])[form],
+                         ("getri", n): (h["_lu_getri"], h["_lu_solve_eye"])[form]})
+    ref = np.linalg.inv(A)
+    lu = h["_lu"](A)
+    f0 = lu[1].copy()
+    assert np.allclose(h["_lu_inv"](lu), ref, rtol=1e-10, atol=1e-12)
+    assert np.array_equal(lu[1], f0)  # the factors are kept for the next use
+    assert np.allclose(h["_lu_inv"](lu, overwrite=True), ref, rtol=1e-10, atol=1e-12)
+    assert np.allclose(h["_inv"](A), ref, rtol=1e-10, atol=1e-12)
+    assert np.array_equal(A, A0)
 
 
 def test_lapack_is_found_with_numpys_openblas():

@@ -1,0 +1,388 @@
+"""The helper functions of emitted code.
+
+Emitted modules are standalone: they import NumPy only, and the text of each helper
+they call is copied into them (``codegen.HELPERS`` maps a helper's name to its source,
+read from this file).  This module is also an ordinary importable module, so the helpers
+can be linted, tested and called directly.
+
+Each helper block starts at a ``# helper: NAME`` line (``, needs: A B`` names the blocks
+it calls) and runs to the next one.  A block may hold several functions and module-level
+state (``_ONES``, ``_PICKED``, ``_LAPACK``), and reads only ``np`` and other helpers.
+
+``_lu``: one LU factorisation of a matrix, shared by its inv, solve, logdet and det,
+through the LAPACK inside NumPy's own OpenBLAS (numpy.linalg factors again on every call
+and computes inv as a solve against I).  Without that library: numpy.linalg.
+"""
+import numpy as np
+
+
+# helper: _sigmoid
+def _sigmoid(z):
+    return np.exp(-np.logaddexp(0.0, -z))
+
+
+# helper: _logsumexp
+def _logsumexp(z):
+    m = np.maximum.reduce(z, None)
+    return m + np.log(np.add.reduce(np.exp(z - m), None))
+
+
+# helper: _softmax
+def _softmax(z):
+    e = np.exp(z - np.maximum.reduce(z, None))
+    return e / np.add.reduce(e, None)
+
+
+# helper: _logsumexp_axis
+def _logsumexp_axis(z, axis):
+    m = np.maximum.reduce(z, axis, keepdims=True)
+    return np.squeeze(m, axis) + np.log(np.add.reduce(np.exp(z - m), axis))
+
+
+# helper: _softmax_axis
+def _softmax_axis(z, axis):
+    e = np.exp(z - np.maximum.reduce(z, axis, keepdims=True))
+    return e / np.add.reduce(e, axis, keepdims=True)
+
+
+# helper: _erf
+def _erf(z):
+    from scipy.special import erf  # NumPy has no erf
+    return erf(z)
+
+
+# helper: _gelu
+def _gelu(z):
+    from scipy.special import erf
+    return 0.5 * z * (1.0 + erf(z * 0.7071067811865476))
+
+
+# helper: _over_norm
+def _over_norm(a, n):
+    # a / ‖x‖, and 0 where ‖x‖ = 0: the least-norm subgradient of ‖x‖ there
+    return a / n if n > 0 else 0.0 * a
+
+
+# helper: _norm2
+def _norm2(x):
+    n = np.linalg.norm(x)
+    if 0.0 < n < np.inf:
+        return n
+    m = np.max(np.abs(x))  # the sum of squares under- or overflowed: scale first
+    return m * np.linalg.norm(x / m) if 0.0 < m < np.inf else n
+
+
+# helper: _ones
+def _ones(n):
+    """n ones, read-only and kept: a sum is a BLAS dot product with them (a fraction of
+    the call overhead of a ufunc reduction on small arrays, and no slower on large ones)."""
+    v = _ONES.get(n)
+    if v is None:
+        if len(_ONES) > 64:
+            _ONES.clear()
+        v = _ONES[n] = np.ones(n)
+        v.flags.writeable = False
+    return v
+
+
+_ONES = {}
+
+
+# helper: _outer, needs: _pick
+def _outer(u, v):
+    """u vᵀ: a broadcast multiply (the form of np.outer), a BLAS product of a column and a
+    row, or the broadcast multiply split over threads, whichever ran faster for this shape
+    in this process (the BLAS form is twice as fast at most sizes and slower at some, which
+    differ between CPUs; threads pay off on large arrays and idle CPUs).  All are the same
+    products, so the same numbers."""
+    f = _PICKED.get(("outer", u.shape[0], v.shape[0]))
+    return f(u, v) if f is not None else _pick(("outer", u.shape[0], v.shape[0]), _OUTER_FORMS, u, v)
+
+
+def _outer_blas(u, v):
+    return u[:, None].dot(v[None, :])
+
+
+def _outer_split(u, v):
+    """The broadcast multiply in row blocks on all the process's CPUs (NumPy lets go of the
+    GIL while it multiplies; the page faults of a new large array are shared out too)."""
+    pool = _pool()
+    out = np.empty((u.shape[0], v.shape[0]))
+    if pool is None:
+        return np.multiply.outer(u, v, out=out)
+    pool, workers = pool
+    cuts = np.linspace(0, u.shape[0], workers + 2).astype(int)
+    jobs = [pool.submit(np.multiply.outer, u[i:j], v, out=out[i:j]) for i, j in zip(cuts[1:-1], cuts[2:])]
+    np.multiply.outer(u[:cuts[1]], v, out=out[:cuts[1]])
+    for job in jobs:
+        job.result()
+    return out
+
+
+def _pool():
+    """(a pool of k = CPUs - 1 threads, k), made on first use; None on a single CPU."""
+    global _POOL
+    if _POOL is None:
+        import os
+
+        try:
+            cpus = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            cpus = os.cpu_count() or 1
+        if cpus < 2:
+            _POOL = False
+        else:
+            from concurrent.futures import ThreadPoolExecutor
+
+            _POOL = (ThreadPoolExecutor(min(cpus, 8) - 1), min(cpus, 8) - 1)
+    return _POOL or None
+
+
+_OUTER_FORMS = (np.multiply.outer, _outer_blas, _outer_split)
+_POOL = None
+
+
+# helper: _blas_threads, needs: _pick
+def _blas_threads(f, keys):
+    """f, or f run with OpenBLAS on one thread, whichever ran faster on first use for the
+    shapes of the arguments named in keys (which hold every dimension).
+
+    OpenBLAS splits a large product over all cores and waits for every part: on cores that
+    other processes keep busy that wait can cost 10x the product (a 2048x2048 matrix times a
+    vector took 17 ms on two threads and 1.4 ms on one, on 2 cores at load average 8); on
+    idle cores the threads win.  The single thread is set for the calling thread only
+    (openblas_set_num_threads_local, OpenBLAS >= 0.3.27) and restored; without that
+    function, f itself."""
+    setter = _thread_setter()
+    if setter is None:
+        return f
+
+    def one(*a, **kw):
+        old = setter(1)
+        try:
+            return f(*a, **kw)
+        finally:
+            setter(old)
+
+    forms = (f, one)
+    if len(keys) == 1:
+        k0 = keys[0]
+
+        def chosen(*a, **kw):  # (a: a positional tangent or cotangent, as in hvp(V, /, ...))
+            v = kw[k0]
+            key = (chosen, v.shape if hasattr(v, "shape") else np.shape(v))  # (a list works too)
+            g = _PICKED.get(key)
+            return g(*a, **kw) if g is not None else _pick(key, forms, *a, **kw)
+    else:
+        def chosen(*a, **kw):
+            key = (chosen,) + tuple([np.shape(kw[k]) for k in keys])
+            g = _PICKED.get(key)
+            return g(*a, **kw) if g is not None else _pick(key, forms, *a, **kw)
+
+    chosen.__doc__, chosen.__name__, chosen.__wrapped__ = f.__doc__, f.__name__, f
+    return chosen
+
+
+def _thread_setter():
+    """OpenBLAS's openblas_set_num_threads_local in NumPy's own library (None: absent)."""
+    global _THREADS
+    if _THREADS is None:
+        _THREADS = False
+        try:
+            import ctypes
+            import glob
+            import os
+
+            here = os.path.dirname(np.__file__)
+            for path in sorted(glob.glob(os.path.join(here + ".libs", "*openblas*"))
+                               + glob.glob(os.path.join(here, ".dylibs", "*openblas*"))):
+                try:
+                    fn = ctypes.CDLL(path).openblas_set_num_threads_local
+                except (OSError, AttributeError):
+                    continue
+                fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_int]
+                _THREADS = fn
+                break
+        except Exception:
+            pass
+    return _THREADS or None
+
+
+_THREADS = None
+
+
+# helper: _pick
+def _pick(key, forms, /, *args, **kw):
+    """forms[i](*args, **kw), for the i that ran fastest for key (an operation and its shape) in
+    this process.  The forms compute the same values (to rounding) without writing into
+    their arguments, and forms[0] is the safe default.
+
+    On the first call for a key every form runs once to warm up and once more timed,
+    interleaved, and again (up to five timed runs) while all this took under 20 ms; the
+    median time of each counts (a form that is fast only now and then is not taken), and
+    another form replaces forms[0] only if it is at least 10% faster.  (When the warm-up alone took over a second, its own times decide: the first
+    call then costs each form once.)  Later calls cost one dictionary lookup: _PICKED[key]
+    is the chosen form."""
+    f = _PICKED.get(key)
+    if f is not None:
+        return f(*args, **kw)
+    from time import perf_counter
+
+    times, outs, spent, rounds = [[] for _ in forms], [None] * len(forms), 0.0, 0
+    while rounds < 6 and (rounds < 2 or spent < 0.02) and (rounds != 1 or spent < 1.0):
+        for k, f in enumerate(forms):
+            t = perf_counter()
+            outs[k] = f(*args, **kw)
+            t = perf_counter() - t
+            spent += t
+            if rounds <= 1:  # round 0 is the warm-up: its time counts only if it is all
+                times[k] = []
+            times[k].append(t)
+        rounds += 1
+    typical = [sorted(t)[(len(t) - 1) // 2] for t in times]  # the median (the lower one)
+    i = min(range(len(forms)), key=typical.__getitem__)
+    if not typical[i] < 0.9 * typical[0]:
+        i = 0
+    if len(_PICKED) > 1024:
+        _PICKED.clear()
+    _PICKED[key] = forms[i]
+    return outs[i]
+
+
+_PICKED = {}
+
+
+# helper: _lu, needs: _pick
+def _load_lapack():
+    """getrf, getrs and getri (64-bit integers) of NumPy's OpenBLAS, or None."""
+    try:
+        import ctypes
+        import glob
+        import os
+        here = os.path.dirname(np.__file__)
+        paths = sorted(glob.glob(os.path.join(here + ".libs", "*openblas*"))
+                       + glob.glob(os.path.join(here, ".dylibs", "*openblas*")))
+        for path in paths:
+            for prefix in ("scipy_", ""):
+                try:
+                    lib = ctypes.CDLL(path)
+                    fns = tuple(lib[prefix + "d" + f + "_64_"] for f in ("getrf", "getrs", "getri"))
+                except (OSError, AttributeError):
+                    continue
+                for f in fns:
+                    f.restype = None
+                lapack = (ctypes, fns)
+                a = np.array([[0.5, 2.0, 1.0], [3.0, -1.0, 0.25], [1.5, 0.5, 4.0]])
+                lu = _lu(a, lapack)
+                if (np.allclose(_lu_inv(lu, lapack), np.linalg.inv(a))
+                        and np.allclose(_lu_solve(lu, a[:, :2], True, lapack), np.linalg.solve(a.T, a[:, :2]))
+                        and np.isclose(_lu_det(lu), np.linalg.det(a))):
+                    return lapack
+    except Exception:
+        pass
+    return None
+
+
+def _lapack():
+    """The LAPACK functions, looked up on first use (False: not available)."""
+    global _LAPACK
+    if _LAPACK is None:
+        _LAPACK = _load_lapack() or False
+    return _LAPACK or None
+
+
+def _lu(a, lapack=None):
+    """(a, LU factors of a, pivots, singular?); factors None when LAPACK is not reachable."""
+    lapack = lapack or _lapack()
+    a = np.asarray(a, dtype=float)
+    if lapack is None or a.shape[0] < 2:
+        return a, None, None, False
+    ctypes, (getrf, _, _) = lapack
+    n, info = ctypes.byref(ctypes.c_int64(a.shape[0])), ctypes.c_int64(0)
+    piv = np.empty(a.shape[0], dtype=np.int64)
+    f = np.array(a, order="C")  # a C-order copy, which LAPACK reads as a.T
+    getrf(n, n, ctypes.c_void_p(f.ctypes.data), n, ctypes.c_void_p(piv.ctypes.data), ctypes.byref(info))
+    return a, f, piv, info.value > 0
+
+
+def _lu_singular(lu):
+    if lu[3]:
+        raise np.linalg.LinAlgError("Singular matrix")
+
+
+def _lu_inv(lu, lapack=None, overwrite=False):
+    """inv(a) from its factors, by getri or as a solve against I (numpy.linalg.inv's way),
+    whichever ran faster for this size (getri is faster at most sizes, several times slower
+    at some); the factors are kept unless overwrite (they are needed no more)."""
+    lapack = lapack or _lapack()
+    a, f, piv, _ = lu
+    if f is None:
+        return np.linalg.inv(a)
+    _lu_singular(lu)
+    key = ("getri", a.shape[0])
+    overwrite = overwrite and key in _PICKED  # timing runs each form several times
+    return _pick(key, (_lu_getri, _lu_solve_eye), lu, lapack, overwrite)
+
+
+def _lu_getri(lu, lapack, overwrite=False):
+    a, f, piv, _ = lu
+    ctypes, (_, _, getri) = lapack
+    n, info = ctypes.byref(ctypes.c_int64(a.shape[0])), ctypes.c_int64(0)
+    f = f if overwrite else f.copy()
+    work = np.empty(64 * a.shape[0])
+    getri(n, ctypes.c_void_p(f.ctypes.data), n, ctypes.c_void_p(piv.ctypes.data),
+          ctypes.c_void_p(work.ctypes.data), ctypes.byref(ctypes.c_int64(work.size)), ctypes.byref(info))
+    return f  # LAPACK inverted a.T in Fortran order: in C order this is inv(a)
+
+
+def _lu_solve_eye(lu, lapack, overwrite=False):
+    return _lu_solve(lu, np.eye(lu[0].shape[0]), False, lapack)
+
+
+def _lu_solve(lu, b, transposed=False, lapack=None):
+    """solve(a, b), or solve(a.T, b) if transposed, from the factors of a (getrs)."""
+    lapack = lapack or _lapack()
+    a, f, piv, _ = lu
+    if f is None:
+        return np.linalg.solve(a.T if transposed else a, b)
+    _lu_singular(lu)
+    ctypes, (_, getrs, _) = lapack
+    x = np.array(np.transpose(b), dtype=float, order="C")  # C order of b.T = Fortran order of b
+    n, info = ctypes.byref(ctypes.c_int64(a.shape[0])), ctypes.c_int64(0)
+    nrhs = ctypes.byref(ctypes.c_int64(1 if x.ndim == 1 else x.shape[0]))
+    getrs(ctypes.c_char_p(b"N" if transposed else b"T"), n, nrhs, ctypes.c_void_p(f.ctypes.data), n,
+          ctypes.c_void_p(piv.ctypes.data), ctypes.c_void_p(x.ctypes.data), n, ctypes.byref(info),
+          ctypes.c_size_t(1))
+    return x.T
+
+
+def _lu_logdet(lu):
+    """log|det a| from the factors: the log-sum of |diagonal of U|."""
+    a, f, _, singular = lu
+    if f is None:
+        return np.linalg.slogdet(a)[1]
+    return -np.inf if singular else np.add.reduce(np.log(np.abs(f.diagonal())))
+
+
+def _lu_det(lu):
+    """det a from the factors: sign from the row swaps and U's diagonal, size from the log."""
+    a, f, piv, singular = lu
+    if f is None:
+        return np.linalg.det(a)
+    if singular:
+        return 0.0
+    swaps = np.count_nonzero(piv != np.arange(1, len(piv) + 1))
+    return (-1.0) ** swaps * np.prod(np.sign(f.diagonal())) * np.exp(_lu_logdet(lu))
+
+
+def _inv(a):
+    """inv(a): numpy.linalg.inv, or LAPACK's getrf + getri (0.6-0.8 of its time at most
+    sizes), whichever ran faster for this size."""
+    return _pick(("inv", a.shape[0]), (np.linalg.inv, _inv_lu), a)
+
+
+def _inv_lu(a):
+    return _lu_inv(_lu(a), overwrite=True)
+
+
+_LAPACK = None

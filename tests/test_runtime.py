@@ -1,0 +1,193 @@
+"""matcalc.runtime: the helpers of emitted code as an importable module.  The emitted text of
+each helper is that module's text; forms chosen by timing give the same numbers whichever
+is chosen, and never write into their arguments."""
+import ast
+import inspect
+import time
+
+import numpy as np
+import pytest
+
+import matcalc
+from matcalc import codegen, runtime
+
+SIZES = (1, 3, 64, 250, 256, 257, 500, 511, 512, 724, 1000, 1023, 1024)
+
+
+def test_helpers_are_the_text_of_the_runtime_module():
+    text = inspect.getsource(runtime)
+    for name, src in codegen.HELPERS.items():
+        assert src in text, name
+        tree = ast.parse(src)
+        defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+        assert name in defined, name
+        for f in defined:  # each function is the module's own, byte for byte
+            assert inspect.getsource(getattr(runtime, f)).strip("\n") in src
+
+
+def test_every_runtime_function_is_in_some_helper_block():
+    funcs = {n for n, v in vars(runtime).items() if inspect.isfunction(v) and v.__module__ == runtime.__name__}
+    emitted = set()
+    for src in codegen.HELPERS.values():
+        emitted |= {n.name for n in ast.parse(src).body if isinstance(n, ast.FunctionDef)}
+    assert funcs == emitted
+
+
+def test_helpers_name_every_helper_they_call():
+    """A block that calls another helper lists it (``needs:``), so the emitted module has it."""
+    names = {}
+    for h, src in codegen.HELPERS.items():
+        for n in ast.parse(src).body:
+            names[n.name if isinstance(n, ast.FunctionDef) else n.targets[0].id] = h
+    for h, src in codegen.HELPERS.items():
+        called = {n.id for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Name) and n.id in names}
+        needed = {names[c] for c in called} - {h}
+        assert needed <= set(codegen.helper_closure([h])), (h, needed)
+
+
+def test_emitted_outer_product_module_runs_standalone():
+    d = matcalc.derive("a:(W@x)", wrt="W", shapes={"W": ("m", "n"), "a": ("m",), "x": ("n",)})
+    src = d.numpy_source
+    assert "def _pick(" in src and "def _outer(" in src
+    ns = {}
+    exec(compile(src, "<emitted>", "exec"), ns)  # noqa: S102 - matcalc's own output
+    a, x = np.arange(3.0), np.arange(4.0) - 1.5
+    assert np.array_equal(ns["grad_W"](a=a, x=x, W=np.zeros((3, 4))), np.outer(a, x))
+
+
+def _fresh(names):
+    """A private copy of runtime's helpers (their own _PICKED cache)."""
+    ns = {"np": np}
+    for h in codegen.helper_closure(names):
+        exec(compile(codegen.HELPERS[h], "<helpers>", "exec"), ns)  # noqa: S102
+    return ns
+
+
+def test_pick_keeps_the_default_unless_another_form_is_clearly_faster():
+    ns = _fresh(["_pick"])
+    calls = []
+
+    def slow(x):
+        calls.append("slow")
+        time.sleep(0.002)
+        return x + 1.0
+
+    def fast(x):
+        calls.append("fast")
+        return x + 1.0
+
+    x = np.arange(3.0)
+    assert np.array_equal(ns["_pick"]("k1", (slow, fast), x), x + 1.0)
+    assert ns["_PICKED"]["k1"] is fast
+    assert "slow" in calls and "fast" in calls
+    calls.clear()
+    ns["_pick"]("k1", (slow, fast), x)
+    assert calls == ["fast"]  # cached: one call of the chosen form
+    ns["_pick"]("k2", (fast, slow), x)
+    assert ns["_PICKED"]["k2"] is fast  # the default was faster
+    # equal forms: the default stays (another must be 10% faster)
+    ns["_pick"]("k3", (slow, slow), x)
+    assert ns["_PICKED"]["k3"] is slow
+
+
+def test_pick_times_a_slow_operation_once_after_its_warm_up():
+    ns = _fresh(["_pick"])
+    calls = []
+
+    def form(tag, seconds):
+        def f():
+            calls.append(tag)
+            time.sleep(seconds)
+            return 1.0
+        return f
+
+    forms = (form("a", 0.03), form("b", 0.01))
+    assert ns["_pick"]("slow", forms) == 1.0
+    assert calls == ["a", "b", "a", "b"] and ns["_PICKED"]["slow"] is forms[1]
+
+
+@pytest.mark.parametrize("form", [0, 1, 2], ids=["broadcast", "blas", "threads"])
+def test_both_outer_forms_equal_numpy_outer_bit_for_bit(form):
+    ns = _fresh(["_outer"])
+    rng = np.random.default_rng(3)
+    for m in SIZES:
+        n = SIZES[(SIZES.index(m) + 3) % len(SIZES)]  # another size, so a transpose shows
+        u, v = rng.standard_normal(m), rng.standard_normal(n)
+        u0, v0 = u.copy(), v.copy()
+        ns["_PICKED"][("outer", m, n)] = ns["_OUTER_FORMS"][form]
+        got = ns["_outer"](u, v)
+        assert got.shape == (m, n)
+        assert np.array_equal(got, np.outer(u, v)), (m, n)
+        assert np.array_equal(u, u0) and np.array_equal(v, v0)  # arguments never overwritten
+
+
+def test_outer_product_timed_once_per_shape_and_then_cached():
+    ns = _fresh(["_outer"])
+    u, v = np.ones(7), np.arange(5.0)
+    for _ in range(3):
+        assert np.array_equal(ns["_outer"](u, v), np.outer(u, v))
+    assert set(ns["_PICKED"]) == {("outer", 7, 5)}
+    ns["_outer"](v, u)
+    assert set(ns["_PICKED"]) == {("outer", 7, 5), ("outer", 5, 7)}
+
+
+def test_threaded_outer_product_on_one_cpu_and_with_short_vectors():
+    ns = _fresh(["_outer"])
+    rng = np.random.default_rng(5)
+    for m, n in ((1, 4), (2, 3), (5, 1), (300, 7)):
+        u, v = rng.standard_normal(m), rng.standard_normal(n)
+        assert np.array_equal(ns["_outer_split"](u, v), np.outer(u, v))
+    ns["_POOL"] = False  # as on a single CPU
+    u, v = rng.standard_normal(9), rng.standard_normal(4)
+    assert np.array_equal(ns["_outer_split"](u, v), np.outer(u, v))
+
+
+def _blas_ns():
+    ns = _fresh(["_blas_threads"])
+    if ns["_thread_setter"]() is None:
+        pytest.skip("NumPy's BLAS has no openblas_set_num_threads_local (OpenBLAS < 0.3.27 or not OpenBLAS)")
+    return ns
+
+
+def test_one_blas_thread_form_agrees_and_restores_the_thread_setting():
+    ns = _blas_ns()
+    setter = ns["_thread_setter"]()
+    rng = np.random.default_rng(6)
+    A, x = rng.standard_normal((300, 200)), rng.standard_normal(200)
+
+    def grad(*, A, x):
+        return A.T.dot(A.dot(x))
+
+    wrapped = ns["_blas_threads"](grad, ("A",))
+    assert wrapped.__wrapped__ is grad and wrapped.__name__ == "grad"
+    ref = grad(A=A, x=x)
+    np.testing.assert_allclose(wrapped(A=A, x=x), ref, rtol=1e-12)
+    key = next(k for k in ns["_PICKED"] if k[0] is wrapped)
+    assert key[1:] == ((300, 200),)
+    before = setter(0)
+    setter(before)
+    ns["_pick"] = lambda key, forms, *a, **kw: forms[1](*a, **kw)  # the one-thread form
+    ns["_PICKED"].clear()
+    np.testing.assert_allclose(wrapped(A=A, x=x), ref, rtol=1e-12)
+    assert setter(before) == before  # the calling thread's setting is back
+
+
+def test_blas_threads_without_the_setter_is_the_function_itself():
+    ns = _fresh(["_blas_threads"])
+    ns["_THREADS"] = False  # as with a BLAS other than OpenBLAS >= 0.3.27
+
+    def f(*, A):
+        return A
+
+    assert ns["_blas_threads"](f, ("A",)) is f
+
+
+def test_emitted_functions_with_products_choose_their_blas_threads():
+    d = matcalc.derive("G:exp(X@W)", wrt="X", shapes={"G": ("n", "m"), "X": ("n", "d"), "W": ("d", "m")})
+    src = d.numpy_source
+    assert src.rstrip().endswith("grad_X = _blas_threads(grad_X, ('G', 'X',))"), src[-200:]
+    rng = np.random.default_rng(8)
+    G, X, W = rng.standard_normal((5, 3)), rng.standard_normal((5, 4)), rng.standard_normal((4, 3))
+    np.testing.assert_allclose(d.function(G=G, X=X, W=W), (G * np.exp(X @ W)) @ W.T, rtol=1e-13)
+    # no product, no wrapper
+    assert "_blas_threads" not in matcalc.derive("sum(exp(x)*y)", wrt="y").numpy_source.split("def grad_y")[1]
