@@ -377,6 +377,32 @@ class _LinearMap:
         parts.append(helper_src + dsrc)
         return module_source(parts)
 
+    def source(self, backend: str = "numpy") -> str:
+        """One module holding all the functions, for ``backend``: ``"numpy"`` (the default,
+        ``numpy_source``), ``"torch"`` or ``"jax"`` (framework ops only: GPU tensors, ``jax.jit``)."""
+        from .backends import check_backend
+
+        if check_backend(backend) == "numpy":
+            return self.numpy_source
+        cache = self.__dict__.setdefault("_backend_sources", {})
+        if backend not in cache:
+            from .second_order_backends import module_source
+
+            cache[backend] = module_source(self, backend)
+        return cache[backend]
+
+    def callable(self, backend: str = "numpy"):
+        """The functions for ``backend``: this object itself for ``"numpy"``; for ``"torch"`` /
+        ``"jax"`` an object with the same ``hvp``/``jvp``/``vjp``/``matrix`` taking tensors."""
+        from .backends import check_backend, require
+
+        if check_backend(backend) == "numpy":
+            return self
+        require(backend)
+        from .second_order_backends import functions
+
+        return functions(self, backend, self.source(backend))
+
     @cached_property
     def _gf(self):
         """The dense function wrapped (argument checks and conversion), the module's namespace."""
