@@ -966,7 +966,10 @@ def add_cli_parsers(sub) -> None:
         p.add_argument("--latex", action="store_true", help="print the result in LaTeX")
         p.add_argument("--kron", action="store_true",
                        help="print the vec form: vec(d·) = J vec(dW) with kron, vec, Diag, K_pq, I_n")
-        p.add_argument("--code", action="store_true", help="print the NumPy module (product, dense matrix)")
+        p.add_argument("--code", action="store_true",
+                       help="print the module (products, dense matrix): NumPy, or the framework of --backend")
+        p.add_argument("--backend", default="numpy", metavar="numpy|torch|jax",
+                       help="the framework of --code and of --json's <backend>_source (default numpy)")
         p.add_argument("--check", action="store_true",
                        help="check against finite differences (exit 1 if it fails)")
         p.add_argument("--json", action="store_true", help="print one JSON object per variable (block)")
@@ -980,6 +983,13 @@ def run_cli(args) -> int:
     from .errors import MatcalcError
 
     try:
+        if args.backend != "numpy":
+            from .backends import check_backend
+
+            check_backend(args.backend)
+            if not (args.code or args.json):
+                raise DeriveError("--backend chooses the framework of --code (or of --json's "
+                                  "source); add --code")
         shapes = parse_shapes(args.shape)
         lets = parse_lets(args.let) or None
         with warnings.catch_warnings(record=True) as caught:
@@ -994,6 +1004,8 @@ def run_cli(args) -> int:
         # compile now: a refusal of the emitted code is a refusal, not a crash later
         for r in results.values():
             r.numpy_source  # noqa: B018
+            if args.backend != "numpy":
+                r.source(args.backend)
     except MatcalcError as e:
         print(f"matcalc: {e}", file=sys.stderr)
         return EXIT_REFUSED
@@ -1005,6 +1017,8 @@ def run_cli(args) -> int:
             status = EXIT_CHECK_FAILED
         if args.json:
             obj = r.to_dict(report)
+            if args.backend != "numpy":
+                obj[f"{args.backend}_source"] = r.source(args.backend)
             if isinstance(key, tuple) and key[0] != key[1]:
                 obj["wrt"] = list(key)
             out.append(json.dumps(obj, ensure_ascii=False))
@@ -1028,7 +1042,7 @@ def run_cli(args) -> int:
             if args.steps:
                 out.append(r.steps_latex)
         if args.code:
-            out.append(r.numpy_source.rstrip())
+            out.append(r.source(args.backend).rstrip())
         if report is not None:
             out.append(str(report))
     print("\n".join(out))
