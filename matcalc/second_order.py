@@ -341,6 +341,8 @@ class _LinearMap:
                     dim_src.setdefault(d, f"{py[name]}.shape[{axis}]")
 
         def dim(d):
+            if not isinstance(d, int) and d not in dim_src and "*" in d:  # a product dimension
+                return "(" + " * ".join(dim(f) for f in ir.dim_factors(d)) + ")"
             return str(d) if isinstance(d, int) else dim_src[d]
 
         def shape_code(shape):
@@ -442,7 +444,7 @@ class _LinearMap:
             if name in values:
                 for d, s in zip(shape, np.shape(values[name])):
                     sizes.setdefault(d, s)
-        return tuple(d if isinstance(d, int) else sizes[d] for d in shape_user if d != 1)
+        return tuple(d if isinstance(d, int) else _dim_size(d, sizes) for d in shape_user if d != 1)
 
     def matrix(self, **values):
         """The dense matrix, (entries of the result) × (entries of dW), column-major vec order."""
@@ -602,6 +604,16 @@ class Jacobian(_LinearMap):
               sizes: dict | None = None):
         """The dense Jacobian against central differences of F, and jvp/vjp against it."""
         return _check(self, seed, tol, draws, domain, sizes)
+
+
+def _dim_size(d, sizes):
+    """The size of a dimension from the sizes of named ones (a product dimension 'a*c' too)."""
+    if d not in sizes and "*" in d:
+        out = 1
+        for f in ir.dim_factors(d):
+            out *= f if isinstance(f, int) else _dim_size(f, sizes)
+        return out
+    return sizes[d]
 
 
 def _delta_count(e, dW) -> int:

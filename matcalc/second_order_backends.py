@@ -328,7 +328,11 @@ def module_source(m, backend: str) -> str:
                 dim_src.setdefault(dd, f"{py[name]}.shape[{axis}]")
 
     def dim(dd):
-        return str(dd) if isinstance(dd, int) else dim_src[dd]
+        if isinstance(dd, int):
+            return str(dd)
+        if dd not in dim_src and "*" in dd:  # a product dimension (kron, vec): the product of its sizes
+            return "(" + " * ".join(dim(f) for f in ir.dim_factors(dd)) + ")"
+        return dim_src[dd]
 
     def shape_code(shape):
         ds = [dim(dd) for dd in np_shape(shape)]
@@ -410,7 +414,17 @@ class _Functions:
             if v is not None and hasattr(v, "shape"):
                 for dd, s in zip(shape, tuple(v.shape)):
                     sizes.setdefault(dd, int(s))
-        return tuple(dd if isinstance(dd, int) else sizes.get(dd, -1) for dd in shape_user if dd != 1)
+        from .second_order import _dim_size
+
+        out = []
+        for dd in shape_user:
+            if dd == 1:
+                continue
+            try:
+                out.append(dd if isinstance(dd, int) else _dim_size(dd, sizes))
+            except KeyError:
+                out.append(-1)  # not determined by the values given: not checked
+        return tuple(out)
 
     def _tangent(self, V, values, shape_user, what):
         if self.backend == "torch" and type(V).__module__ == "numpy":
