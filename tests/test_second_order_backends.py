@@ -346,3 +346,18 @@ def test_arguments_are_checked(backend):
     if backend == "torch":  # NumPy arrays are taken as CPU tensors
         got = to_numpy("torch", f.matrix(**inputs))
         assert rel_err(got, h.matrix(**inputs)) < 1e-12
+
+
+@pytest.mark.skipif("torch" not in INSTALLED, reason="torch not installed")
+def test_torch_kron_of_a_transposed_tensor():
+    """torch.kron refuses a non-contiguous operand (X.T); the emitted code makes it contiguous."""
+    import torch
+
+    rng = np.random.default_rng(6)
+    X, A = rng.standard_normal((3, 2)), rng.standard_normal((4, 5))
+    j = matcalc.jacobian("kron(X.T, A)", "A")
+    got = j.callable("torch").value_function(X=torch.from_numpy(X), A=torch.from_numpy(A))
+    assert rel_err(got.numpy(), np.kron(X.T, A)) < 1e-12
+    V = rng.standard_normal((4, 5))
+    jv = j.callable("torch").jvp(torch.from_numpy(V), X=torch.from_numpy(X), A=torch.from_numpy(A))
+    assert rel_err(jv.numpy(), np.kron(X.T, V)) < 1e-12
