@@ -281,8 +281,9 @@ def _with_deps(names) -> list:
     return sorted(out)
 
 
-def module_source(m, backend: str) -> str:
-    """The torch or jax module of a Hessian or Jacobian ``m`` (see the module docstring)."""
+def module_source(m, backend: str, vmap: bool = False) -> str:
+    """The torch or jax module of a Hessian or Jacobian ``m`` (see the module docstring);
+    ``vmap=True`` builds the dense matrix from the products even where there is a vec form."""
     from .backends import function_source as fw_source
     from .backends import module_source as fw_module
     from .codegen import np_shape, sanitize
@@ -339,7 +340,7 @@ def module_source(m, backend: str) -> str:
         return "(" + ", ".join(ds) + ("," if len(ds) == 1 else "") + ")"
 
     dname, ddoc = names["dense"], m._dense_doc()
-    vf = m._vec
+    vf = None if vmap else m._vec
     used = set()
     if vf is not None:
         pieces = vf.pieces() or [ir.const(0.0)]

@@ -361,3 +361,37 @@ def test_torch_kron_of_a_transposed_tensor():
     V = rng.standard_normal((4, 5))
     jv = j.callable("torch").jvp(torch.from_numpy(V), X=torch.from_numpy(X), A=torch.from_numpy(A))
     assert rel_err(jv.numpy(), np.kron(X.T, V)) < 1e-12
+
+
+@pytest.mark.parametrize("backend", _backend_params())
+def test_random_hessians_agree_with_numpy_by_vec_form_and_by_vmap(backend):
+    """Random expressions (tests/support/exprgen.py): the framework's dense Hessian, from the vec
+    form and from vmap over basis tangents, equals the NumPy one (checked against second
+    differences in test_second_order_soundness)."""
+    from hypothesis import HealthCheck, given, settings, strategies as st
+
+    from matcalc.second_order_backends import functions, module_source
+    from support.exprgen import expressions
+
+    @settings(max_examples=8, derandomize=True, database=None, deadline=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                     HealthCheck.filter_too_much])
+    @given(case=expressions(max_depth=3), seed=st.integers(0, 2**32 - 1))
+    def run(case, seed):
+        inputs = case.draw_inputs(np.random.default_rng(seed))
+        for w in case.wrt:
+            h = matcalc.hessian(case.expr, w, shapes=case.shapes)
+            with np.errstate(all="ignore"):
+                H = h.matrix(**inputs)
+            if not np.all(np.isfinite(H)):
+                continue
+            fw = to_framework(backend, inputs)
+            by_vec = to_numpy(backend, h.callable(backend).matrix(**fw))
+            src = module_source(h, backend, vmap=True)
+            assert host_calls(src) == [] and "vmap(" in src
+            by_vmap = to_numpy(backend, functions(h, backend, src).matrix(**fw))
+            tol = 1e-9 * max(1.0, float(np.max(np.abs(H), initial=0.0)))
+            assert np.allclose(by_vec, H, rtol=1e-8, atol=tol), (case.expr, w, h.source(backend))
+            assert np.allclose(by_vmap, H, rtol=1e-8, atol=tol), (case.expr, w, src)
+
+    run()
