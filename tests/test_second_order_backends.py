@@ -57,7 +57,7 @@ EXTRA_IDS = [f"{e[0]}:{e[1]}:{e[2]}" for e in EXTRA]
 def _api(kind, expr, wrt, shapes):
     fn = matcalc.hessian if kind == "hessian" else matcalc.jacobian
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", matcalc.NotationWarning) if hasattr(matcalc, "NotationWarning") else None
+        warnings.simplefilter("ignore", matcalc.NotationWarning)  # a Jacobian of a scalar
         return fn(expr, wrt=wrt, shapes=shapes)
 
 
