@@ -556,7 +556,10 @@ def _np_softmax_axis(em, n, a, axis):
 
 def _np_kron(em, n, a):
     A, B = n.args
-    return em.from_2d(f"{em.mod}.kron({em.as_2d(a[0], A.shape)}, {em.as_2d(a[1], B.shape)})", n.shape)
+    x, y = em.as_2d(a[0], A.shape), em.as_2d(a[1], B.shape)
+    if em.mod == "torch":  # torch.kron fails on a non-contiguous operand (a transposed matrix)
+        x, y = f"{x}.contiguous()", f"{y}.contiguous()"
+    return em.from_2d(f"{em.mod}.kron({x}, {y})", n.shape)
 
 
 def _np_vec(em, n, a):

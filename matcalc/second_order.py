@@ -341,6 +341,8 @@ class _LinearMap:
                     dim_src.setdefault(d, f"{py[name]}.shape[{axis}]")
 
         def dim(d):
+            if not isinstance(d, int) and d not in dim_src and "*" in d:  # a product dimension
+                return "(" + " * ".join(dim(f) for f in ir.dim_factors(d)) + ")"
             return str(d) if isinstance(d, int) else dim_src[d]
 
         def shape_code(shape):
@@ -378,12 +380,30 @@ class _LinearMap:
         return module_source(parts)
 
     def source(self, backend: str = "numpy") -> str:
-        """The module for ``backend``: ``"numpy"`` (``numpy_source``), or ``"torch"``/``"jax"``:
-        the products (``hvp_W``; ``value``, ``jvp_W``, ``vjp_W``) in the framework's own
-        operations (``matcalc.second_order_source``; the dense matrix stays NumPy's)."""
-        from .second_order_source import source
+        """One module holding all the functions, for ``backend``: ``"numpy"`` (the default,
+        ``numpy_source``), ``"torch"`` or ``"jax"`` (framework ops only: GPU tensors, ``jax.jit``)."""
+        from .backends import check_backend
 
-        return source(self, backend)
+        if check_backend(backend) == "numpy":
+            return self.numpy_source
+        cache = self.__dict__.setdefault("_backend_sources", {})
+        if backend not in cache:
+            from .second_order_backends import module_source
+
+            cache[backend] = module_source(self, backend)
+        return cache[backend]
+
+    def callable(self, backend: str = "numpy"):
+        """The functions for ``backend``: this object itself for ``"numpy"``; for ``"torch"`` /
+        ``"jax"`` an object with the same ``hvp``/``jvp``/``vjp``/``matrix`` taking tensors."""
+        from .backends import check_backend, require
+
+        if check_backend(backend) == "numpy":
+            return self
+        require(backend)
+        from .second_order_backends import functions
+
+        return functions(self, backend, self.source(backend))
 
     @cached_property
     def _gf(self):
@@ -424,7 +444,7 @@ class _LinearMap:
             if name in values:
                 for d, s in zip(shape, np.shape(values[name])):
                     sizes.setdefault(d, s)
-        return tuple(d if isinstance(d, int) else sizes[d] for d in shape_user if d != 1)
+        return tuple(d if isinstance(d, int) else _dim_size(d, sizes) for d in shape_user if d != 1)
 
     def matrix(self, **values):
         """The dense matrix, (entries of the result) × (entries of dW), column-major vec order."""
@@ -584,6 +604,16 @@ class Jacobian(_LinearMap):
               sizes: dict | None = None):
         """The dense Jacobian against central differences of F, and jvp/vjp against it."""
         return _check(self, seed, tol, draws, domain, sizes)
+
+
+def _dim_size(d, sizes):
+    """The size of a dimension from the sizes of named ones (a product dimension 'a*c' too)."""
+    if d not in sizes and "*" in d:
+        out = 1
+        for f in ir.dim_factors(d):
+            out *= f if isinstance(f, int) else _dim_size(f, sizes)
+        return out
+    return sizes[d]
 
 
 def _delta_count(e, dW) -> int:
@@ -948,10 +978,10 @@ def add_cli_parsers(sub) -> None:
         p.add_argument("--latex", action="store_true", help="print the result in LaTeX")
         p.add_argument("--kron", action="store_true",
                        help="print the vec form: vec(d·) = J vec(dW) with kron, vec, Diag, K_pq, I_n")
-        p.add_argument("--code", action="store_true", help="print the NumPy module (product, dense matrix)")
+        p.add_argument("--code", action="store_true",
+                       help="print the module (products, dense matrix): NumPy, or the framework of --backend")
         p.add_argument("--backend", default="numpy", metavar="numpy|torch|jax",
-                       help="the framework of --code (and of --json's source): torch and jax get the "
-                       "products only, in their own operations")
+                       help="the framework of --code and of --json's <backend>_source (default numpy)")
         p.add_argument("--check", action="store_true",
                        help="check against finite differences (exit 1 if it fails)")
         p.add_argument("--json", action="store_true", help="print one JSON object per variable (block)")
@@ -1022,6 +1052,9 @@ def run_cli(args) -> int:
         results, notes = compute(args.command, args.expr, args.wrt, shapes, lets)
         for note in notes:
             print(f"matcalc: note: {note}", file=sys.stderr)
+        for r in results.values():  # a refusal of the emitted framework code is a refusal too
+            if args.backend != "numpy":
+                r.source(args.backend)
     except MatcalcError as e:
         print(f"matcalc: {e}", file=sys.stderr)
         return EXIT_REFUSED
