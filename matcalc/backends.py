@@ -208,12 +208,9 @@ class FrameworkEmitter(codegen.Emitter):
                 if x.shape == SCALAR or y.shape == SCALAR:
                     return f"({a[0]} * {a[1]})"
                 return f"{m}.outer({a[0]}, {a[1]})"
-            if x.op == "Diag" and len(np_shape(y.shape)) == 2:
-                return f"({self.code[x.args[0]]}[:, None] * {a[1]})"
-            if y.op == "Diag" and len(np_shape(x.shape)) >= 1:
-                return f"({a[0]} * {self.code[y.args[0]]})"
-            if x.op == "Diag" and len(np_shape(y.shape)) == 1:
-                return f"({self.code[x.args[0]]} * {a[1]})"
+            scaled = self.diag_product(n, a)
+            if scaled is not None:
+                return scaled
             if x.op == "T" and len(np_shape(y.shape)) == 1 and (
                     x not in self.temps or self.code[x.args[0]].isidentifier()):
                 return f"({a[1]} @ {self.code[x.args[0]]})"  # Aᵀv = vA: no transposed operand

@@ -237,13 +237,9 @@ class Emitter:
                     return f"({a[0]} * {a[1]})"
                 self.helpers.add("_outer")
                 return f"_outer({a[0]}, {a[1]})"
-            # Diag(h)@A scales rows, A@Diag(h) scales columns: never build Diag(h)
-            if x.op == "Diag" and len(np_shape(y.shape)) == 2:
-                return f"({self.code[x.args[0]]}[:, None] * {a[1]})"
-            if y.op == "Diag" and len(np_shape(x.shape)) >= 1:
-                return f"({a[0]} * {self.code[y.args[0]]})"
-            if x.op == "Diag" and len(np_shape(y.shape)) == 1:
-                return f"({self.code[x.args[0]]} * {a[1]})"
+            scaled = self.diag_product(n, a)
+            if scaled is not None:
+                return scaled
             if x.op == "T" and len(np_shape(y.shape)) == 1 and (
                     x not in self.temps or self.code[x.args[0]].isidentifier()):
                 return f"{a[1]}.dot({self.code[x.args[0]]})"  # Aᵀv = vA: no transposed view
@@ -305,6 +301,18 @@ class Emitter:
         """The number of entries of an array of ``shape``, as code."""
         dims = [self.dim(d) for d in np_shape(shape)]
         return ("(" + " * ".join(dims) + ")" if len(dims) > 1 else dims[0]) if dims else "1"
+
+    def diag_product(self, n: Expr, a: list):
+        """Diag(h)@A scales rows, A@Diag(h) scales columns: Diag(h) is never built (None:
+        no Diag factor)."""
+        x, y = n.args
+        if x.op == "Diag" and len(np_shape(y.shape)) == 2:
+            return f"({self.code[x.args[0]]}[:, None] * {a[1]})"
+        if y.op == "Diag" and len(np_shape(x.shape)) >= 1:
+            return f"({a[0]} * {self.code[y.args[0]]})"
+        if x.op == "Diag" and len(np_shape(y.shape)) == 1:
+            return f"({self.code[x.args[0]]} * {a[1]})"
+        return None
 
     def arithmetic(self, n: Expr, a: list) -> str:
         """+, ∘ and ⊘: the same code in every backend (Python's operators on arrays)."""
