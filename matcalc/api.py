@@ -140,7 +140,6 @@ class Derivation:
     # ---- the derivation
     def derivation_lines(self) -> list[str]:
         """The derivation as a student writes it, one line per step."""
-        names = self._names
         lines = [f"λ = {self._print(self.lam, self._prim_names())}"]
         if self.definitions:
             lines.append("where " + ", ".join(f"{k} = {v}" for k, v in self.definitions.items()))

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 
 from . import codegen
-from .codegen import FACTOR_OPS, factor_base, np_shape, sanitize
+from .codegen import FACTOR_OPS, np_shape, sanitize
 from .errors import DeriveError
 from .ir import SCALAR, Expr
 from .ops import REGISTRY
@@ -154,21 +154,8 @@ class FrameworkEmitter(codegen.Emitter):
     def full(self, shape, value: float) -> str:
         return f"{self.mod}.full({self.shape_src(shape)}, {value!r}{self._like()})"
 
-    def factored(self, n: Expr, a: list):
-        base, transposed = factor_base(n)
-        if len(self.lu_users[base]) < 2:
-            return None  # one use: the framework's own function factorises once anyway
-        if base not in self.lu_names:
-            self.helpers.add("_lu")
-            name = self.new_temp()
-            self.lines.append(f"{name} = _lu({self.code[base]})")
-            self.lu_names[base] = name
-        lu = self.lu_names[base]
-        if n.op == "inv":
-            return f"_lu_inv({lu})" + (".T" if transposed else "")
-        if n.op == "solve":
-            return f"_lu_solve({lu}, {a[1]}" + (", True)" if transposed else ")")
-        return f"_lu_logdet({lu})" if n.op == "logdet" else f"_lu_det({lu})"
+    def single_factor(self, n: Expr, a: list):
+        return None  # one use: the framework's own function factorises once anyway
 
     def scalar_arg(self, n: Expr, code: str) -> str:
         """A constant scalar as a tensor (framework functions do not take Python floats)."""
@@ -358,13 +345,9 @@ class BackendFunction:
         return f"<matcalc {self.backend} function {self.name}({', '.join(self.params)})>"
 
     def __call__(self, /, **kwargs):
-        missing = [n for n in self.params if n not in kwargs]
-        if missing:
-            raise TypeError(f"{self.name}() is missing the argument(s) {', '.join(missing)}")
-        unknown = [n for n in kwargs if n not in self.params]
-        if unknown:
-            raise TypeError(f"{self.name}() got unexpected argument(s) {', '.join(unknown)}; "
-                            f"it takes {', '.join(self.params)}")
+        from .function import check_arguments
+
+        check_arguments(self.name, kwargs, self.params)
         if self.backend == "torch" and any(type(v).__module__ == "numpy" for v in kwargs.values()):
             kwargs = self._from_numpy(kwargs)
         if self._same_names:

@@ -176,15 +176,20 @@ class Emitter:
             return rest[0] if len(rest) == 1 else "(" + " * ".join(rest) + ")"
         return None
 
+    def single_factor(self, n: Expr, a: list):
+        """inv of a matrix with no other factorised use: getri after getrf (or numpy.linalg.inv,
+        as timed); None: the plain template."""
+        if n.op != "inv":
+            return None
+        self.helpers.add("_lu")
+        return f"_inv({a[0]})"
+
     def factored(self, n: Expr, a: list):
         """Code of inv / solve / logdet / det of a matrix, through one shared LU
         factorisation when the matrix has several such uses; None: the plain template."""
         base, transposed = factor_base(n)
         if len(self.lu_users[base]) < 2:
-            if n.op != "inv":
-                return None
-            self.helpers.add("_lu")  # getri after getrf: faster than numpy.linalg.inv
-            return f"_inv({a[0]})"
+            return self.single_factor(n, a)
         if base not in self.lu_names:
             self.helpers.add("_lu")
             name = self.new_temp()

@@ -125,13 +125,9 @@ class MatcalcOp:
         return f
 
     def __call__(self, /, **kwargs):
-        missing = [n for n in self.names if n not in kwargs]
-        if missing:
-            raise TypeError(f"op({self.expr}) is missing the argument(s) {', '.join(missing)}")
-        unknown = [n for n in kwargs if n not in self.names]
-        if unknown:
-            raise TypeError(f"op({self.expr}) got unexpected argument(s) {', '.join(unknown)}; "
-                            f"it takes {', '.join(self.names)}")
+        from .function import check_arguments
+
+        check_arguments(f"op({self.expr})", kwargs, self.names)
         return self._fn(*[kwargs[n] for n in self.names])
 
     def __repr__(self):

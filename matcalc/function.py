@@ -5,6 +5,17 @@ from __future__ import annotations
 from .errors import ShapeError
 
 
+def check_arguments(fname: str, given, params) -> None:
+    """TypeError naming the missing and the unexpected keyword arguments of ``fname``."""
+    missing = [n for n in params if n not in given]
+    if missing:
+        raise TypeError(f"{fname}() is missing the argument(s) {', '.join(missing)}")
+    unknown = [n for n in given if n not in params]
+    if unknown:
+        raise TypeError(f"{fname}() got unexpected argument(s) {', '.join(unknown)}; "
+                        f"it takes {', '.join(params)}")
+
+
 class GradientFunction:
     """A callable made from emitted NumPy source.  Takes every symbol of the expression
     as a keyword argument (scalars as floats, vectors 1-D, matrices 2-D arrays)."""
@@ -46,13 +57,7 @@ class GradientFunction:
     def convert(self, kwargs: dict) -> dict:
         import numpy as np
 
-        missing = [n for n in self.params if n not in kwargs]
-        if missing:
-            raise TypeError(f"{self.name}() is missing the argument(s) {', '.join(missing)}")
-        unknown = [n for n in kwargs if n not in self.params]
-        if unknown:
-            raise TypeError(f"{self.name}() got unexpected argument(s) {', '.join(unknown)}; "
-                            f"it takes {', '.join(self.params)}")
+        check_arguments(self.name, kwargs, self.params)
         sizes: dict = {}
         out = {}
         for name, value in kwargs.items():

@@ -21,7 +21,7 @@ from .ops import REGISTRY
 from .errors import ParseError
 from .ir import SCALAR, Expr
 from .parse import Node
-from .printing import ADD, ATOM, FROB, NEG, POST, POW, PROD, TextPrinter, _neg_split, fmt_number
+from .printing import ATOM, NEG, POST, POW, PROD, TextPrinter, _neg_split, fmt_number
 from .shapes import GREEK, _Typer
 
 # the binary operators: MATLAB spelling -> the mul node's value

@@ -18,7 +18,7 @@ literal 1, ``u.mul(a, b)`` is a product dimension, ``u.fail(message)`` refuses a
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 SCALAR = (1, 1)

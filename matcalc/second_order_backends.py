@@ -397,13 +397,9 @@ class _Functions:
 
     # ---- arguments
     def _values(self, fname, values):
-        missing = [n for n in self._py if n not in values]
-        if missing:
-            raise TypeError(f"{fname}() is missing the argument(s) {', '.join(missing)}")
-        unknown = [n for n in values if n not in self._py]
-        if unknown:
-            raise TypeError(f"{fname}() got unexpected argument(s) {', '.join(unknown)}; "
-                            f"it takes {', '.join(self._py)}")
+        from .function import check_arguments
+
+        check_arguments(fname, values, self._py)
         if self.backend == "torch" and any(type(v).__module__ == "numpy" for v in values.values()):
             values = _from_numpy(values)
         return {self._py[k]: v for k, v in values.items()}
