@@ -7,8 +7,8 @@
 Each row is one choice (an n-vector or an n×n matrix); each column a size; each cell the
 median time of the form the emitter writes over the plain form (interleaved calls after a
 warm-up, so both see the same machine).  A choice is machine-independent when no cell is
-much above 1 on any machine: ``outer (picked)`` is the emitter's ``_outer``, which times the
-BLAS and broadcast forms per shape on first use and keeps the faster.  The candidate
+much above 1 on any machine: ``outer (picked)`` is the emitter's ``_outer``, which times its
+forms per shape on first use, keeps the fastest and checks the choice now and then.  The candidate
 rows ``numexpr …`` are forms that were measured and not adopted.
 """
 import argparse
@@ -65,7 +65,8 @@ def cases(n, ns, rng):
         ("outer (picked)", lambda: np.outer(u, v), lambda: outer(u, v)),
         ("outer, BLAS column·row", lambda: np.outer(u, v), lambda: blas(u, v)),
         ("outer, multiply.outer", lambda: np.outer(u, v), lambda: np.multiply.outer(u, v)),
-        ("outer, multiply.outer in row blocks on threads", lambda: np.outer(u, v), lambda: ns["_outer_split"](u, v)),
+        ("outer, einsum", lambda: np.outer(u, v), lambda: ns["_outer_einsum"](u, v)),
+        ("outer, einsum in row blocks on threads", lambda: np.outer(u, v), lambda: ns["_outer_split"](u, v)),
         ("sum of a vector, dot with ones", lambda: np.sum(u), lambda: u.dot(ones(n))),
         ("sum of a matrix, ones·A·ones", lambda: np.sum(A), lambda: ones(n).dot(A).dot(ones(n))),
         ("A·v as .dot", lambda: A @ u, lambda: A.dot(u)),

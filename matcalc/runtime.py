@@ -90,13 +90,21 @@ _ONES = {}
 
 # helper: _outer, needs: _pick
 def _outer(u, v):
-    """u vᵀ: a broadcast multiply (the form of np.outer), a BLAS product of a column and a
-    row, or the broadcast multiply split over threads, whichever ran faster for this shape
-    in this process (the BLAS form is twice as fast at most sizes and slower at some, which
-    differ between CPUs; threads pay off on large arrays and idle CPUs).  All are the same
-    products, so the same numbers."""
-    f = _PICKED.get(("outer", u.shape[0], v.shape[0]))
-    return f(u, v) if f is not None else _pick(("outer", u.shape[0], v.shape[0]), _OUTER_FORMS, u, v)
+    """u vᵀ, by whichever form runs fastest for this shape in this process (_pick): a broadcast
+    multiply (np.outer's way), einsum's product loop (faster than the broadcast at most
+    sizes), a BLAS product of a column and a row (faster still at some sizes, and several
+    times slower at others, which differ between CPUs), or einsum split over threads (large
+    arrays on idle CPUs).  All are the same products, so the same numbers."""
+    key = ("outer", u.shape[0], v.shape[0])
+    due = _DUE.get(key)  # (_pick's own first step, inline: this is called often on small arrays)
+    if due is not None and due[0] > 1:
+        due[0] -= 1
+        return _PICKED[key](u, v)
+    return _pick(key, _OUTER_FORMS, u, v)
+
+
+def _outer_einsum(u, v, out=None):
+    return np.einsum("i,j->ij", u, v, out=out)
 
 
 def _outer_blas(u, v):
@@ -104,16 +112,16 @@ def _outer_blas(u, v):
 
 
 def _outer_split(u, v):
-    """The broadcast multiply in row blocks on all the process's CPUs (NumPy lets go of the
-    GIL while it multiplies; the page faults of a new large array are shared out too)."""
+    """einsum's product in row blocks on all the process's CPUs (NumPy lets go of the GIL
+    while it multiplies; the page faults of a new large array are shared out too)."""
     pool = _pool()
     out = np.empty((u.shape[0], v.shape[0]))
     if pool is None:
-        return np.multiply.outer(u, v, out=out)
+        return _outer_einsum(u, v, out)
     pool, workers = pool
     cuts = np.linspace(0, u.shape[0], workers + 2).astype(int)
-    jobs = [pool.submit(np.multiply.outer, u[i:j], v, out=out[i:j]) for i, j in zip(cuts[1:-1], cuts[2:])]
-    np.multiply.outer(u[:cuts[1]], v, out=out[:cuts[1]])
+    jobs = [pool.submit(_outer_einsum, u[i:j], v, out[i:j]) for i, j in zip(cuts[1:-1], cuts[2:])]
+    _outer_einsum(u[:cuts[1]], v, out[:cuts[1]])
     for job in jobs:
         job.result()
     return out
@@ -138,14 +146,14 @@ def _pool():
     return _POOL or None
 
 
-_OUTER_FORMS = (np.multiply.outer, _outer_blas, _outer_split)
+_OUTER_FORMS = (np.multiply.outer, _outer_einsum, _outer_blas, _outer_split)
 _POOL = None
 
 
 # helper: _blas_threads, needs: _pick
 def _blas_threads(f, keys):
-    """f, or f run with OpenBLAS on one thread, whichever ran faster on first use for the
-    shapes of the arguments named in keys (which hold every dimension).
+    """f, or f run with OpenBLAS on one thread, whichever runs faster (_pick) for the shapes
+    of the arguments named in keys (which hold every dimension).
 
     OpenBLAS splits a large product over all cores and waits for every part: on cores that
     other processes keep busy that wait can cost 10x the product (a 2048x2048 matrix times a
@@ -170,14 +178,15 @@ def _blas_threads(f, keys):
 
         def chosen(*a, **kw):  # (a: a positional tangent or cotangent, as in hvp(V, /, ...))
             v = kw[k0]
-            key = (chosen, v.shape if hasattr(v, "shape") else np.shape(v))  # (a list works too)
-            g = _PICKED.get(key)
-            return g(*a, **kw) if g is not None else _pick(key, forms, *a, **kw)
+            key = (chosen, v.shape if hasattr(v, "shape") else np.shape(v))
+            due = _DUE.get(key)  # (_pick's own first step, inline)
+            if due is not None and due[0] > 1:
+                due[0] -= 1
+                return _PICKED[key](*a, **kw)
+            return _pick(key, forms, *a, **kw)
     else:
         def chosen(*a, **kw):
-            key = (chosen,) + tuple([np.shape(kw[k]) for k in keys])
-            g = _PICKED.get(key)
-            return g(*a, **kw) if g is not None else _pick(key, forms, *a, **kw)
+            return _pick((chosen,) + tuple([np.shape(kw[k]) for k in keys]), forms, *a, **kw)
 
     chosen.__doc__, chosen.__name__, chosen.__wrapped__ = f.__doc__, f.__name__, f
     return chosen
@@ -213,19 +222,33 @@ _THREADS = None
 
 # helper: _pick
 def _pick(key, forms, /, *args, **kw):
-    """forms[i](*args, **kw), for the i that ran fastest for key (an operation and its shape) in
-    this process.  The forms compute the same values (to rounding) without writing into
+    """forms[i](*args, **kw), for the i that runs fastest for key (an operation and its shape)
+    in this process.  The forms compute the same values (to rounding) without writing into
     their arguments, and forms[0] is the safe default.
 
-    On the first call for a key every form runs once to warm up and once more timed,
-    interleaved, and again (up to five timed runs) while all this took under 20 ms; the
-    median time of each counts (a form that is fast only now and then is not taken), and
-    another form replaces forms[0] only if it is at least 10% faster.  (When the warm-up alone took over a second, its own times decide: the first
-    call then costs each form once.)  Later calls cost one dictionary lookup: _PICKED[key]
-    is the chosen form."""
+    The first call for a key times every form (_pick_first).  Later calls run the chosen form
+    (_PICKED[key]) and now and then, when _DUE[key] counts down to its turn, time the forms
+    again, one per call, on the calls' own work (_probe): a choice made while other processes
+    held the CPUs, or before the caches were warm, is undone the next time it is checked.
+    The checks get rarer (every 16, 32, ... 1024 calls) while the choice stands.  A key in
+    _PICKED without _DUE is fixed."""
     f = _PICKED.get(key)
-    if f is not None:
+    if f is None:
+        return _pick_first(key, forms, args, kw)
+    due = _DUE.get(key)
+    if due is None or due[0] > 1:
+        if due is not None:
+            due[0] -= 1
         return f(*args, **kw)
+    return _probe(key, forms, due, args, kw)
+
+
+def _pick_first(key, forms, args, kw):
+    """Every form runs once to warm up and once more timed, interleaved, and again (up to five
+    timed runs) while all this took under 20 ms; the median time of each counts (a form
+    that is fast only now and then is not taken), and another form replaces forms[0] only if
+    it is at least 10% faster.  (When the warm-up alone took over a second, its own times
+    decide: the first call then costs each form once.)"""
     from time import perf_counter
 
     times, outs, spent, rounds = [[] for _ in forms], [None] * len(forms), 0.0, 0
@@ -245,11 +268,43 @@ def _pick(key, forms, /, *args, **kw):
         i = 0
     if len(_PICKED) > 1024:
         _PICKED.clear()
+        _DUE.clear()
     _PICKED[key] = forms[i]
+    # [calls left before the next check, checks' spacing, recent times of each form, form now timed]
+    _DUE[key] = [_EVERY, _EVERY, [[t] for t in typical], -1]
     return outs[i]
 
 
+def _probe(key, forms, due, args, kw):
+    """One call of a check: the next form in turn runs, timed; after the last, the form with
+    the lowest median of its last three times is chosen if it is 10% faster than the form
+    in use (which keeps its place otherwise)."""
+    from time import perf_counter
+
+    j = due[3] + 1
+    t = perf_counter()
+    out = forms[j](*args, **kw)
+    t = perf_counter() - t
+    recent = due[2][j]
+    recent.append(t)
+    del recent[:-3]
+    if j + 1 < len(forms):
+        due[0], due[3] = 1, j
+        return out
+    typical = [sorted(r)[(len(r) - 1) // 2] for r in due[2]]
+    now = forms.index(_PICKED[key]) if _PICKED[key] in forms else 0
+    i = min(range(len(forms)), key=typical.__getitem__)
+    if typical[i] < 0.9 * typical[now]:
+        _PICKED[key], due[1] = forms[i], _EVERY
+    else:
+        due[1] = min(2 * due[1], 64 * _EVERY)
+    due[0], due[3] = due[1], -1
+    return out
+
+
 _PICKED = {}
+_DUE = {}
+_EVERY = 16
 
 
 # helper: _lu, needs: _pick

@@ -106,8 +106,63 @@ def test_pick_times_a_slow_operation_once_after_its_warm_up():
     assert calls == ["a", "b", "a", "b"] and ns["_PICKED"]["slow"] is forms[1]
 
 
-@pytest.mark.parametrize("form", [0, 1, 2], ids=["broadcast", "blas", "threads"])
-def test_both_outer_forms_equal_numpy_outer_bit_for_bit(form):
+def _timed_forms(cost):
+    """Two forms a and b whose run time is cost[name] seconds (changed by the test), each
+    logging its calls."""
+    calls = []
+
+    def form(tag):
+        def f(x):
+            calls.append(tag)
+            time.sleep(cost[tag])
+            return x + 1.0
+        return f
+
+    return (form("a"), form("b")), calls
+
+
+def test_a_choice_made_under_passing_load_is_undone_at_the_next_check():
+    ns = _fresh(["_pick"])
+    cost = {"a": 0.004, "b": 0.0}  # a is slow now (as if other processes held the CPU)
+    forms, calls = _timed_forms(cost)
+    x = np.arange(3.0)
+    ns["_pick"]("k", forms, x)
+    assert ns["_PICKED"]["k"] is forms[1]
+    cost.update(a=0.0, b=0.004)  # the load moved: now b is the slow one
+    every = ns["_EVERY"]
+    for _ in range(3 * (every + 2) + every):
+        calls.clear()
+        assert np.array_equal(ns["_pick"]("k", forms, x), x + 1.0)
+        assert len(calls) == 1  # every later call runs exactly one form
+    assert ns["_PICKED"]["k"] is forms[0]
+
+
+def test_checks_get_rarer_while_the_choice_stands():
+    ns = _fresh(["_pick"])
+    cost = {"a": 0.0, "b": 0.003}
+    forms, calls = _timed_forms(cost)
+    x = np.arange(3.0)
+    ns["_pick"]("k", forms, x)
+    calls.clear()
+    n = 40 * ns["_EVERY"]
+    for _ in range(n):
+        ns["_pick"]("k", forms, x)
+    assert ns["_PICKED"]["k"] is forms[0]
+    # checks after 16, 32, 64, 128, 256 calls (+ the check's own calls): b ran 5 times
+    assert calls.count("b") <= 6 and len(calls) == n
+
+
+def test_a_fixed_choice_is_never_checked():
+    ns = _fresh(["_pick"])
+    forms, calls = _timed_forms({"a": 0.0, "b": 0.0})
+    ns["_PICKED"]["k"] = forms[1]
+    for _ in range(5 * ns["_EVERY"]):
+        ns["_pick"]("k", forms, 1.0)
+    assert set(calls) == {"b"}
+
+
+@pytest.mark.parametrize("form", [0, 1, 2, 3], ids=["broadcast", "einsum", "blas", "threads"])
+def test_every_outer_form_equals_numpy_outer_bit_for_bit(form):
     ns = _fresh(["_outer"])
     rng = np.random.default_rng(3)
     for m in SIZES:
@@ -168,6 +223,7 @@ def test_one_blas_thread_form_agrees_and_restores_the_thread_setting():
     setter(before)
     ns["_pick"] = lambda key, forms, *a, **kw: forms[1](*a, **kw)  # the one-thread form
     ns["_PICKED"].clear()
+    ns["_DUE"].clear()
     np.testing.assert_allclose(wrapped(A=A, x=x), ref, rtol=1e-12)
     assert setter(before) == before  # the calling thread's setting is back
 
