@@ -247,20 +247,19 @@ def _pick_first(key, forms, args, kw):
     """Every form runs once to warm up and once more timed, interleaved, and again (up to five
     timed runs) while all this took under 20 ms; the median time of each counts (a form
     that is fast only now and then is not taken), and another form replaces forms[0] only if
-    it is at least 10% faster.  (When the warm-up alone took over a second, its own times
-    decide: the first call then costs each form once.)"""
+    it is at least 10% faster.  The warm-up's times never count: the first run of forms[0]
+    also makes the choices of the forms inside it (an inverse inside a gradient)."""
     from time import perf_counter
 
     times, outs, spent, rounds = [[] for _ in forms], [None] * len(forms), 0.0, 0
-    while rounds < 6 and (rounds < 2 or spent < 0.02) and (rounds != 1 or spent < 1.0):
+    while rounds < 6 and (rounds < 2 or spent < 0.02):
         for k, f in enumerate(forms):
             t = perf_counter()
             outs[k] = f(*args, **kw)
             t = perf_counter() - t
             spent += t
-            if rounds <= 1:  # round 0 is the warm-up: its time counts only if it is all
-                times[k] = []
-            times[k].append(t)
+            if rounds:  # round 0 is the warm-up
+                times[k].append(t)
         rounds += 1
     typical = [sorted(t)[(len(t) - 1) // 2] for t in times]  # the median (the lower one)
     i = min(range(len(forms)), key=typical.__getitem__)
