@@ -279,9 +279,10 @@ def _share_products(outputs: list) -> list:
 
 
 def _split_sums(outputs: list) -> list:
-    """sum(a + u∘v + k) = sum(a) + u:v + k·(number of entries), for a sum used nowhere
-    else: a product summed is one dot product, a constant summed is a count, and the
-    array additions that carried them are not done."""
+    """sum(a − b + u∘v + k) = sum(a) − sum(b) + u:v + k·(number of entries), for a sum used
+    nowhere else: each array summed is one dot product (with ones), a product summed is
+    one dot product, a constant summed is a count, and the array additions that carried
+    them are not done (they would read and write as much as the dot products read)."""
     uses = _use_counts([_root(outputs)])  # each edge once
 
     def fn(e: Expr) -> Expr:
@@ -308,6 +309,8 @@ def _split_sums(outputs: list) -> list:
                            else ir.frob(ir.const(value, X.shape), ones))
             elif len(arr) == 2 and arr[0].shape == arr[1].shape == X.shape:
                 out.append(ir.mul(*sc, ir.frob(*arr)) if sc else ir.frob(*arr))
+            elif len(arr) == 1 and arr[0].shape == X.shape:
+                out.append(ir.mul(*sc, ir.frob(arr[0], ones)) if sc else ir.frob(arr[0], ones))
             else:
                 keep.append(t)
         if not out:

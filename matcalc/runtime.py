@@ -99,7 +99,7 @@ def _outer(u, v):
     due = _DUE.get(key)  # (_pick's own first step, inline: this is called often on small arrays)
     if due is not None and due[0] > 1:
         due[0] -= 1
-        return _PICKED[key](u, v)
+        return due[4](u, v)
     return _pick(key, _OUTER_FORMS, u, v)
 
 
@@ -173,16 +173,16 @@ def _blas_threads(f, keys):
             setter(old)
 
     forms = (f, one)
-    if len(keys) == 1:
-        k0 = keys[0]
+    k0, k1 = keys[0], keys[-1]  # (_pick's own first step is inline: this runs on every call)
 
+    if len(keys) <= 2:
         def chosen(*a, **kw):  # (a: a positional tangent or cotangent, as in hvp(V, /, ...))
-            v = kw[k0]
-            key = (chosen, v.shape if hasattr(v, "shape") else np.shape(v))
-            due = _DUE.get(key)  # (_pick's own first step, inline)
+            v, w = kw[k0], kw[k1]
+            key = (chosen, getattr(v, "shape", None) or np.shape(v), getattr(w, "shape", None) or np.shape(w))
+            due = _DUE.get(key)
             if due is not None and due[0] > 1:
                 due[0] -= 1
-                return _PICKED[key](*a, **kw)
+                return due[4](*a, **kw)
             return _pick(key, forms, *a, **kw)
     else:
         def chosen(*a, **kw):
@@ -269,8 +269,9 @@ def _pick_first(key, forms, args, kw):
         _PICKED.clear()
         _DUE.clear()
     _PICKED[key] = forms[i]
-    # [calls left before the next check, checks' spacing, recent times of each form, form now timed]
-    _DUE[key] = [_EVERY, _EVERY, [[t] for t in typical], -1]
+    # [calls left before the next check, checks' spacing, recent times of each form,
+    #  the form timed now in a check, the chosen form]
+    _DUE[key] = [_EVERY, _EVERY, [[t] for t in typical], -1, forms[i]]
     return outs[i]
 
 
@@ -294,7 +295,8 @@ def _probe(key, forms, due, args, kw):
     now = forms.index(_PICKED[key]) if _PICKED[key] in forms else 0
     i = min(range(len(forms)), key=typical.__getitem__)
     if typical[i] < 0.9 * typical[now]:
-        _PICKED[key], due[1] = forms[i], _EVERY
+        _PICKED[key] = due[4] = forms[i]
+        due[1] = _EVERY
     else:
         due[1] = min(2 * due[1], 64 * _EVERY)
     due[0], due[3] = due[1], -1

@@ -218,7 +218,7 @@ def test_one_blas_thread_form_agrees_and_restores_the_thread_setting():
     ref = grad(A=A, x=x)
     np.testing.assert_allclose(wrapped(A=A, x=x), ref, rtol=1e-12)
     key = next(k for k in ns["_PICKED"] if k[0] is wrapped)
-    assert key[1:] == ((300, 200),)
+    assert set(key[1:]) == {(300, 200)}  # the shapes of the arguments named
     before = setter(0)
     setter(before)
     ns["_pick"] = lambda key, forms, *a, **kw: forms[1](*a, **kw)  # the one-thread form
