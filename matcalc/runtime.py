@@ -178,7 +178,8 @@ def _blas_threads(f, keys):
     if len(keys) <= 2:
         def chosen(*a, **kw):  # (a: a positional tangent or cotangent, as in hvp(V, /, ...))
             v, w = kw[k0], kw[k1]
-            key = (chosen, getattr(v, "shape", None) or np.shape(v), getattr(w, "shape", None) or np.shape(w))
+            key = (chosen, v.shape if hasattr(v, "shape") else np.shape(v),  # (a list works too)
+                   w.shape if hasattr(w, "shape") else np.shape(w))
             due = _DUE.get(key)
             if due is not None and due[0] > 1:
                 due[0] -= 1
