@@ -13,14 +13,12 @@ syntax (``to_matlab``)."""
 from __future__ import annotations
 
 import re
-from functools import lru_cache
-from importlib import resources
 
 from . import ir
 from .ops import REGISTRY
 from .errors import ParseError
 from .ir import SCALAR, Expr
-from .parse import Node
+from .parse import Node, grammar_parser
 from .printing import ATOM, NEG, POST, POW, PROD, TextPrinter, _neg_split, fmt_number
 from .shapes import GREEK, _Typer
 
@@ -29,12 +27,8 @@ MULOPS = {".*": "*", "./": "/", "*": "m*", "/": "m/"}
 ONES = ("vector", "matrix")
 
 
-@lru_cache(maxsize=1)
 def parser():
-    import lark
-
-    text = resources.files("matcalc.grammar").joinpath("matlab.lark").read_text(encoding="utf-8")
-    return lark.Lark(text, parser="lalr", maybe_placeholders=False)
+    return grammar_parser("matlab")
 
 
 def build(kind: str, kids: list, source: str) -> Node | None:

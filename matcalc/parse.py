@@ -3,9 +3,10 @@ lark's parse tree into a small AST that keeps the source span of every node."""
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
+from pathlib import Path
 
 from .errors import ParseError
 
@@ -26,12 +27,33 @@ class Node:
     value: object = None
 
 
-@lru_cache(maxsize=1)
-def _parser():
+@lru_cache(maxsize=None)
+def grammar_parser(name: str = "matcalc"):
+    """The LALR parser of ``grammar/<name>.lark``.  lark's analysis of the grammar is kept in
+    the user's cache directory ($MATCALC_CACHE_DIR, else $XDG_CACHE_HOME/matcalc or
+    ~/.cache/matcalc), so a new process loads it instead of building it again (lark checks
+    that the grammar is the same); where that directory cannot be written, it is built."""
     import lark
 
-    text = resources.files("matcalc.grammar").joinpath("matcalc.lark").read_text(encoding="utf-8")
-    return lark.Lark(text, parser="lalr", maybe_placeholders=False)
+    from . import grammar  # (its files sit in the package matcalc.grammar)
+
+    text = (Path(grammar.__file__).parent / f"{name}.lark").read_text(encoding="utf-8")
+    return lark.Lark(text, parser="lalr", maybe_placeholders=False,
+                     cache=_cache_path(f"{name}-grammar-lark{lark.__version__}.cache"))
+
+
+def _cache_path(name: str):
+    base = os.environ.get("MATCALC_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "matcalc")
+    try:
+        os.makedirs(base, exist_ok=True)
+    except OSError:
+        return False
+    return os.path.join(base, name) if os.access(base, os.W_OK) else False
+
+
+def _parser():
+    return grammar_parser("matcalc")
 
 
 _MULOPS = {"*": "*", "∘": "*", "⊙": "*", "/": "/", "⊘": "/", "@": "@"}
