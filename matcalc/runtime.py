@@ -252,11 +252,12 @@ def _pick_first(key, forms, args, kw):
     also makes the choices of the forms inside it (an inverse inside a gradient)."""
     from time import perf_counter
 
-    times, outs, spent, rounds = [[] for _ in forms], [None] * len(forms), 0.0, 0
+    times, out, spent, rounds = [[] for _ in forms], None, 0.0, 0
     while rounds < 6 and (rounds < 2 or spent < 0.02):
         for k, f in enumerate(forms):
+            out = None  # one result alive at a time: new memory is slow to touch the first time
             t = perf_counter()
-            outs[k] = f(*args, **kw)
+            out = f(*args, **kw)
             t = perf_counter() - t
             spent += t
             if rounds:  # round 0 is the warm-up
@@ -273,7 +274,7 @@ def _pick_first(key, forms, args, kw):
     # [calls left before the next check, checks' spacing, recent times of each form,
     #  the form timed now in a check, the chosen form]
     _DUE[key] = [_EVERY, _EVERY, [[t] for t in typical], -1, forms[i]]
-    return outs[i]
+    return out  # (the last form's: all give the same values)
 
 
 def _probe(key, forms, due, args, kw):
