@@ -272,36 +272,41 @@ def _pick_first(key, forms, args, kw):
         _DUE.clear()
     _PICKED[key] = forms[i]
     # [calls left before the next check, checks' spacing, recent times of each form,
-    #  the form timed now in a check, the chosen form]
-    _DUE[key] = [_EVERY, _EVERY, [[t] for t in typical], -1, forms[i]]
+    #  the forms still to time in this check, the chosen form, checks so far]
+    _DUE[key] = [_EVERY, _EVERY, [[t] for t in typical], None, forms[i], 0]
     return out  # (the last form's: all give the same values)
 
 
 def _probe(key, forms, due, args, kw):
     """One call of a check: the next form in turn runs, timed; after the last, the form with
     the lowest median of its last three times is chosen if it is 10% faster than the form
-    in use (which keeps its place otherwise)."""
+    in use (which keeps its place otherwise).  A check times the form in use and every form
+    not 4× slower than it; the slower ones only every fourth check (a thread hand-off can
+    cost a hundred calls of a small product)."""
     from time import perf_counter
 
-    j = due[3] + 1
+    typical = [sorted(r)[(len(r) - 1) // 2] for r in due[2]]
+    now = forms.index(due[4])
+    if due[3] is None:  # a check begins
+        due[5] += 1
+        due[3] = [k for k in range(len(forms)) if due[5] % 4 == 0 or typical[k] < 4 * typical[now]]
+    j = due[3].pop(0)
     t = perf_counter()
     out = forms[j](*args, **kw)
-    t = perf_counter() - t
     recent = due[2][j]
-    recent.append(t)
+    recent.append(perf_counter() - t)
     del recent[:-3]
-    if j + 1 < len(forms):
-        due[0], due[3] = 1, j
+    if due[3]:
+        due[0] = 1
         return out
-    typical = [sorted(r)[(len(r) - 1) // 2] for r in due[2]]
-    now = forms.index(_PICKED[key]) if _PICKED[key] in forms else 0
+    typical[j] = sorted(recent)[(len(recent) - 1) // 2]
     i = min(range(len(forms)), key=typical.__getitem__)
     if typical[i] < 0.9 * typical[now]:
         _PICKED[key] = due[4] = forms[i]
         due[1] = _EVERY
     else:
         due[1] = min(2 * due[1], 64 * _EVERY)
-    due[0], due[3] = due[1], -1
+    due[0], due[3] = due[1], None
     return out
 
 

@@ -121,20 +121,36 @@ def _timed_forms(cost):
     return (form("a"), form("b")), calls
 
 
-def test_a_choice_made_under_passing_load_is_undone_at_the_next_check():
+def test_a_choice_made_under_passing_load_is_undone_at_a_later_check():
     ns = _fresh(["_pick"])
-    cost = {"a": 0.004, "b": 0.0}  # a is slow now (as if other processes held the CPU)
+    cost = {"a": 0.002, "b": 0.0}  # a is slow now (as if other processes held the CPU)
     forms, calls = _timed_forms(cost)
     x = np.arange(3.0)
     ns["_pick"]("k", forms, x)
     assert ns["_PICKED"]["k"] is forms[1]
-    cost.update(a=0.0, b=0.004)  # the load moved: now b is the slow one
-    every = ns["_EVERY"]
-    for _ in range(3 * (every + 2) + every):
+    cost.update(a=0.0, b=0.002)  # the load moved: now b is the slow one
+    for n in range(20 * ns["_EVERY"]):
         calls.clear()
         assert np.array_equal(ns["_pick"]("k", forms, x), x + 1.0)
         assert len(calls) == 1  # every later call runs exactly one form
+        if ns["_PICKED"]["k"] is forms[0]:
+            break
     assert ns["_PICKED"]["k"] is forms[0]
+    assert n < 8 * ns["_EVERY"]  # by the third check (after 16, 32 and 64 more calls)
+
+
+def test_a_much_slower_form_is_timed_every_fourth_check_only():
+    ns = _fresh(["_pick"])
+    forms, calls = _timed_forms({"a": 0.0, "b": 0.004})  # b: more than 4x slower
+    x = np.arange(3.0)
+    ns["_pick"]("k", forms, x)
+    calls.clear()
+    every, n = ns["_EVERY"], 0
+    for spacing in (1, 2, 4, 8):  # checks after 16, 32, 64 and 128 calls
+        n += spacing * every
+    for _ in range(n + 1):
+        ns["_pick"]("k", forms, x)
+    assert calls.count("b") == 1  # at the fourth check
 
 
 def test_checks_get_rarer_while_the_choice_stands():
