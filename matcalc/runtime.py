@@ -287,16 +287,20 @@ def _probe(key, forms, due, args, kw):
 
     typical = [sorted(r)[(len(r) - 1) // 2] for r in due[2]]
     now = forms.index(due[4])
-    if due[3] is None:  # a check begins
+    queue = due[3]
+    if not queue:  # a check begins
         due[5] += 1
-        due[3] = [k for k in range(len(forms)) if due[5] % 4 == 0 or typical[k] < 4 * typical[now]]
-    j = due[3].pop(0)
+        queue = due[3] = [k for k in range(len(forms)) if due[5] % 4 == 0 or typical[k] < 4 * typical[now]]
+    try:
+        j = queue.pop(0)
+    except IndexError:  # another thread's call took the last form of this check
+        return due[4](*args, **kw)
     t = perf_counter()
     out = forms[j](*args, **kw)
     recent = due[2][j]
     recent.append(perf_counter() - t)
     del recent[:-3]
-    if due[3]:
+    if queue:
         due[0] = 1
         return out
     typical[j] = sorted(recent)[(len(recent) - 1) // 2]

@@ -168,6 +168,27 @@ def test_checks_get_rarer_while_the_choice_stands():
     assert calls.count("b") <= 6 and len(calls) == n
 
 
+def test_calls_from_several_threads_share_the_choices_safely():
+    """Checks run in whichever thread's call is due; no thread ever finds the state half
+    written (each call still returns its own correct result)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    ns = _fresh(["_outer"])
+    ns["_EVERY"] = 1  # a check on almost every call: the most interleaving
+    rng = np.random.default_rng(11)
+    pairs = [(rng.standard_normal(m), rng.standard_normal(n)) for m, n in ((3, 5), (40, 7), (64, 64))]
+
+    def work(i):
+        u, v = pairs[i % len(pairs)]
+        for _ in range(200):
+            if not np.array_equal(ns["_outer"](u, v), np.outer(u, v)):
+                return False
+        return True
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(work, range(12)))
+
+
 def test_a_fixed_choice_is_never_checked():
     ns = _fresh(["_pick"])
     forms, calls = _timed_forms({"a": 0.0, "b": 0.0})
