@@ -167,111 +167,6 @@ def _like(backend: str, ref) -> str:
     return f", dtype={ref}.dtype"
 
 
-def dense_expr(vf, code: dict, dim, backend: str, ref) -> tuple:
-    """(expression of the dense matrix, helpers used) for the vec form ``vf`` in ``backend``:
-    ``code`` maps each of ``vf.pieces()`` to its code, ``dim`` a dimension to its code, ``ref``
-    is the name of an array argument whose dtype (and device) new arrays take, or None."""
-    from .vecform import Comm, ColV, DiagV, Kron, RowV, _identity, _is_one, _symadd_base, _xtdx, _xtdx_base
-
-    m_ = MOD[backend]
-    like = _like(backend, ref)
-    helpers = set()
-
-    def size(ds):
-        return " * ".join(dim(d) for d in ds) if ds else "1"
-
-    def vec(piece):
-        helpers.add("_vec")
-        return f"_vec({code[piece]})"
-
-    def eye(n):
-        return f"{m_}.eye({n}{like})"
-
-    def as2d(m):
-        helpers.add("_mat")
-        return f"_mat({code[m]}, {dim(m.shape[0])}, {dim(m.shape[1])})"
-
-    def mat(m):
-        if m.op == "eye":
-            return eye(dim(m.shape[0]))
-        xd = _xtdx_base(m)
-        if xd is not None:
-            helpers.add("_xtdx")
-            scale, P, h = xd
-            s = f"_xtdx({code[P]}, {vec(h)})"
-            return s if scale == 1.0 else f"({scale!r} * {s})"
-        sb = _symadd_base(m)
-        if sb is not None:
-            helpers.add("_symadd")
-            scale, base = sb
-            return f"_symadd({code[base]}, {scale!r})"
-        return as2d(m)
-
-    def int_or_mat(m):
-        """An identity as its size (an int), a 1 as 1, else the matrix."""
-        if m.op == "eye":
-            return dim(m.shape[0])
-        if _is_one(m):
-            return "1"
-        return mat(m)
-
-    def dense(f):
-        if isinstance(f, Kron):
-            if _identity(f):
-                return eye(size(f.rows))
-            if _is_one(f.B):
-                return mat(f.A)
-            if _is_one(f.A):
-                return mat(f.B)
-            helpers.add("_kron")
-            return f"_kron({mat(f.B)}, {mat(f.A)})"
-        if isinstance(f, Comm):
-            helpers.add("_comm")
-            return f"_comm({eye(size(f.rows))}, {dim(f.p)}, {dim(f.q)})"
-        if isinstance(f, DiagV):
-            return f"{m_}.diag({vec(f.h)})"
-        if isinstance(f, RowV):
-            return f"{vec(f.C)}[None, :]"
-        if isinstance(f, ColV):
-            return f"{vec(f.c)}[:, None]"
-        raise TypeError(f)
-
-    def apply(f, M):
-        if isinstance(f, Kron):
-            if _is_one(f.B) and f.A.op != "eye" and not _is_one(f.A):
-                return f"({as2d(f.A)} @ {M})"
-            helpers.add("_kron_apply")
-            return f"_kron_apply({int_or_mat(f.B)}, {int_or_mat(f.A)}, {M})"
-        if isinstance(f, Comm):
-            helpers.add("_comm")
-            return f"_comm({M}, {dim(f.p)}, {dim(f.q)})"
-        if isinstance(f, DiagV):
-            return f"({vec(f.h)}[:, None] * {M})"
-        if isinstance(f, RowV):
-            return f"({vec(f.C)}[None, :] @ {M})"
-        if isinstance(f, ColV):
-            return f"({vec(f.c)}[:, None] * {M})"
-        raise TypeError(f)
-
-    terms = []
-    for c, ch in vf.terms:
-        special = _xtdx(ch)
-        if special is not None:
-            helpers.add("_xtdx")
-            s = f"_xtdx({code[special[0]]}, {vec(special[1])})"
-        else:
-            s = dense(ch[-1])
-            for f in reversed(ch[:-1]):
-                s = apply(f, s)
-        if not _is_one(c):
-            s = f"({code[c]} * {s})"
-        terms.append(s)
-    shape = f"({size(vf.rows)}, {size(vf.cols)})"
-    if not terms:
-        return f"{m_}.zeros({shape}{like})", helpers
-    return f"{m_}.reshape({' + '.join(terms)}, {shape})", helpers
-
-
 # ------------------------------------------------------------------ the module
 
 def _with_deps(names) -> list:
@@ -347,7 +242,7 @@ def module_source(m, backend: str, vmap: bool = False) -> str:
         box = {}
 
         def returns(results):
-            s, helpers = dense_expr(vf, dict(zip(pieces, results)), dim, backend, ref)
+            s, helpers = vf.dense_expr(dict(zip(pieces, results)), dim, backend, _like(backend, ref))
             box["helpers"] = helpers
             return s
 

@@ -359,47 +359,38 @@ class VecForm:
                 uniq.append(p)
         return uniq
 
-    def dense_expr(self, code: dict, dim) -> tuple:
-        """(Python expression of the dense matrix, helpers used) given ``code`` (piece -> its
-        code) and ``dim`` (a dimension -> its code)."""
+    def dense_expr(self, code: dict, dim, backend: str = "numpy", like: str = "") -> tuple:
+        """(expression of the dense matrix, helpers used) in ``backend`` (numpy, torch or jax)
+        given ``code`` (each of ``self.pieces()`` -> its code) and ``dim`` (a dimension -> its
+        code); ``like`` is appended to the arguments of every new framework array (its dtype
+        and device).  NumPy's ``_kron`` takes an int for an identity; the frameworks' take
+        matrices."""
+        m_ = {"numpy": "np", "torch": "torch", "jax": "jnp"}[backend]
         helpers = set()
 
         def size(ds):
             return " * ".join(dim(d) for d in ds) if ds else "1"
 
         def vec(piece):
+            helpers.add("_vec")
             return f"_vec({code[piece]})"
 
-        def dense(f):
-            if isinstance(f, Kron):
-                if _identity(f):
-                    return f"np.eye({size(f.rows)})"
-                if _is_one(f.B):
-                    return mat(f.A)
-                helpers.add("_kron")
-                return f"_kron({mat(f.B)}, {mat(f.A)})"
-            if isinstance(f, Comm):
-                helpers.add("_comm")
-                return f"_comm(np.eye({size(f.rows)}), {dim(f.p)}, {dim(f.q)})"
-            if isinstance(f, DiagV):
-                helpers.add("_vec")
-                return f"np.diag({vec(f.h)})"
-            if isinstance(f, RowV):
-                helpers.add("_vec")
-                return f"{vec(f.C)}[None, :]"
-            if isinstance(f, ColV):
-                helpers.add("_vec")
-                return f"{vec(f.c)}[:, None]"
-            raise TypeError(f)
+        def eye(n):
+            return f"{m_}.eye({n}{like})"
+
+        def matmul(a, b):
+            return f"{a}.dot({b})" if backend == "numpy" else f"({a} @ {b})"
+
+        def as2d(m):
+            helpers.add("_mat")
+            return f"_mat({code[m]}, {dim(m.shape[0])}, {dim(m.shape[1])})"
 
         def mat(m):
             if m.op == "eye":
-                return dim(m.shape[0])  # an int: the identity of that size
-            if _is_one(m):
-                return "1"
+                return eye(dim(m.shape[0]))
             xd = _xtdx_base(m)
             if xd is not None:
-                helpers.update(("_xtdx", "_vec"))
+                helpers.add("_xtdx")
                 scale, P, h = xd
                 s = f"_xtdx({code[P]}, {vec(h)})"
                 return s if scale == 1.0 else f"({scale!r} * {s})"
@@ -410,36 +401,59 @@ class VecForm:
                 return f"_symadd({code[base]}, {scale!r})"
             return as2d(m)
 
-        def as2d(m):
-            return f"_mat({code[m]}, {dim(m.shape[0])}, {dim(m.shape[1])})"
+        def int_or_mat(m):
+            """An identity as its size (an int), a 1 as 1, else the matrix."""
+            if m.op == "eye":
+                return dim(m.shape[0])
+            if _is_one(m):
+                return "1"
+            return mat(m)
+
+        kron_arg = int_or_mat if backend == "numpy" else mat
+
+        def dense(f):
+            if isinstance(f, Kron):
+                if _identity(f):
+                    return eye(size(f.rows))
+                if _is_one(f.B):
+                    return mat(f.A)
+                if _is_one(f.A):
+                    return mat(f.B)
+                helpers.add("_kron")
+                return f"_kron({kron_arg(f.B)}, {kron_arg(f.A)})"
+            if isinstance(f, Comm):
+                helpers.add("_comm")
+                return f"_comm({eye(size(f.rows))}, {dim(f.p)}, {dim(f.q)})"
+            if isinstance(f, DiagV):
+                return f"{m_}.diag({vec(f.h)})"
+            if isinstance(f, RowV):
+                return f"{vec(f.C)}[None, :]"
+            if isinstance(f, ColV):
+                return f"{vec(f.c)}[:, None]"
+            raise TypeError(f)
 
         def apply(f, M):
             if isinstance(f, Kron):
-                if _is_one(f.B) and f.A.op != "eye":
-                    return f"{as2d(f.A)}.dot({M})"
+                if _is_one(f.B) and f.A.op != "eye" and not _is_one(f.A):
+                    return matmul(as2d(f.A), M)
                 helpers.add("_kron_apply")
-                return f"_kron_apply({mat(f.B)}, {mat(f.A)}, {M})"
+                return f"_kron_apply({int_or_mat(f.B)}, {int_or_mat(f.A)}, {M})"
             if isinstance(f, Comm):
                 helpers.add("_comm")
                 return f"_comm({M}, {dim(f.p)}, {dim(f.q)})"
             if isinstance(f, DiagV):
-                helpers.add("_vec")
                 return f"({vec(f.h)}[:, None] * {M})"
             if isinstance(f, RowV):
-                helpers.add("_vec")
-                return f"{vec(f.C)}[None, :].dot({M})"
+                return matmul(f"{vec(f.C)}[None, :]", M)
             if isinstance(f, ColV):
-                helpers.add("_vec")
                 return f"({vec(f.c)}[:, None] * {M})"
             raise TypeError(f)
 
-        helpers.add("_mat")
         terms = []
         for c, ch in self.terms:
             special = _xtdx(ch)
             if special is not None:
                 helpers.add("_xtdx")
-                helpers.add("_vec")
                 s = f"_xtdx({code[special[0]]}, {vec(special[1])})"
             else:
                 s = dense(ch[-1])
@@ -450,8 +464,8 @@ class VecForm:
             terms.append(s)
         shape = f"({size(self.rows)}, {size(self.cols)})"
         if not terms:
-            return f"np.zeros({shape})", helpers
-        return f"np.reshape({' + '.join(terms)}, {shape})", helpers
+            return f"{m_}.zeros({shape}{like})", helpers
+        return f"{m_}.reshape({' + '.join(terms)}, {shape})", helpers
 
 
 def _neg_split(c: Expr):
