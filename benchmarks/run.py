@@ -177,6 +177,27 @@ def l_scaling(matcalc, Ls, repeats, failures):
     return rows
 
 
+def changing_shapes(matcalc, n, failures):
+    """One call each at n input widths (the two-layer ReLU, d = 200, 201, ...): the total time of
+    the emitted function and of the hand-written gradient, in ms (each new shape makes the
+    emitted function time its forms, up to a number of shapes per operation)."""
+    from workloads import RELU2
+    try:
+        f = matcalc.derive(RELU2.expr, wrt=RELU2.wrt, shapes=RELU2.shapes).function.emitted
+        rng = rng_for("changing", n)
+        inputs = [RELU2.make(rng, d=200 + k, h=256, o=64) for k in range(n)]
+        total = []
+        for fn in (lambda inp: f(**inp), lambda inp: RELU2.grad(**inp)):
+            t = time.perf_counter()
+            for inp in inputs:
+                fn(inp)
+            total.append(1e3 * (time.perf_counter() - t))
+        return n, total[0], total[1]
+    except Exception as e:
+        failures.append(f"changing shapes: {short(e)}")
+        return n, None, None
+
+
 def cli_wall(runs, from_repo, failures):
     """Median wall time of the CLI in fresh processes, run the way matcalc was imported here."""
     exe = shutil.which("matcalc")
@@ -309,7 +330,7 @@ def main(argv=None):
     nrep = 2 if args.quick else 7
     Ls = [2, 4, 8] if args.quick else [2, 4, 8, 16, 32, 64]
 
-    derive_rows, lrows, cli = [], [], (None, None)
+    derive_rows, lrows, cli, changing = [], [], (None, None), (0, None, None)
     if matcalc is not None:
         log("derive() times ...")
         try:  # warm the process: imports, grammar, code generation paths
@@ -319,6 +340,8 @@ def main(argv=None):
         derive_rows = derive_times(matcalc, nrep, failures)
         log("deep-MLP L-scaling ...")
         lrows = l_scaling(matcalc, Ls, nrep, failures)
+        log("a new shape every call ...")
+        changing = changing_shapes(matcalc, 20 if args.quick else 300, failures)
         log("cold CLI ...")
         cli = cli_wall(2 if args.quick else 5, from_repo, failures)
     has_vg = matcalc is not None and hasattr(matcalc, "value_and_grad")
@@ -385,14 +408,14 @@ def main(argv=None):
     if not has_vg and matcalc is not None:
         notes.append("matcalc.value_and_grad does not exist: value_and_grad reported as n/a.")
 
-    md = report(sizes, rows, fw_times, derive_rows, lrows, cli, failures, notes, args)
+    md = report(sizes, rows, fw_times, derive_rows, lrows, cli, changing, failures, notes, args)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(md)
     print(md)
     return 1 if failures else 0
 
 
-def report(sizes, rows, fw_times, derive_rows, lrows, cli, failures, notes, args):
+def report(sizes, rows, fw_times, derive_rows, lrows, cli, changing, failures, notes, args):
     ms = lambda t: fmt(None if t is None else 1e3 * t, ".3f")
     ratio = lambda a, b: a / b if a is not None and b else None
     out = ["# matcalc benchmark", "", describe(), "",
@@ -504,6 +527,13 @@ def report(sizes, rows, fw_times, derive_rows, lrows, cli, failures, notes, args
                 f"{fmt(ratio(f1, f0), target=LSCALE_TARGET)}, derive median "
                 f"{fmt(ratio(r1, r0), target=LSCALE_TARGET)}, source size "
                 f"{fmt(ratio(s1, s0), target=LSCALE_TARGET)}."]
+
+    n_shapes, t_m, t_h = changing
+    out += ["", "## A new shape every call", "",
+            f"The two-layer ReLU gradient called once at each of {n_shapes} input widths (d = 200, 201, "
+            f"…; h = 256, o = 64), in a fresh emitted module: matcalc {fmt(t_m, '.1f')} ms, hand-written "
+            f"{fmt(t_h, '.1f')} ms, ratio {fmt(ratio(t_m, t_h))} (a new shape makes the emitted "
+            f"function time its forms, for the first 16 shapes of each operation)."]
 
     t, cmd = cli
     runs = 2 if args.quick else 5

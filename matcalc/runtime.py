@@ -232,7 +232,9 @@ def _pick(key, forms, /, *args, **kw):
     again, one per call, on the calls' own work (_probe): a choice made while other processes
     held the CPUs, or before the caches were warm, is undone the next time it is checked.
     The checks get rarer (every 16, 32, ... 1024 calls) while the choice stands.  A key in
-    _PICKED without _DUE is fixed."""
+    _PICKED without _DUE is fixed.  After 16 shapes of one operation, a new shape takes
+    forms[0], untimed: the first call of a shape costs several calls, too many when every
+    call brings a new shape."""
     f = _PICKED.get(key)
     if f is None:
         return _pick_first(key, forms, args, kw)
@@ -252,6 +254,15 @@ def _pick_first(key, forms, args, kw):
     also makes the choices of the forms inside it (an inverse inside a gradient)."""
     from time import perf_counter
 
+    if len(_PICKED) > 1024:
+        _PICKED.clear()
+        _DUE.clear()
+        _SHAPES.clear()
+    family = key[0]  # the operation (key[1:] is the shape)
+    _SHAPES[family] = _SHAPES.get(family, 0) + 1
+    if _SHAPES[family] > _TIMED_SHAPES:  # a shape that keeps changing (a batch size): the plain form
+        _PICKED[key] = forms[0]
+        return forms[0](*args, **kw)
     times, out, spent, rounds = [[] for _ in forms], None, 0.0, 0
     while rounds < 6 and (rounds < 2 or spent < 0.02):
         for k, f in enumerate(forms):
@@ -267,9 +278,6 @@ def _pick_first(key, forms, args, kw):
     i = min(range(len(forms)), key=typical.__getitem__)
     if not typical[i] < 0.9 * typical[0]:
         i = 0
-    if len(_PICKED) > 1024:
-        _PICKED.clear()
-        _DUE.clear()
     _PICKED[key] = forms[i]
     # [calls left before the next check, checks' spacing, recent times of each form,
     #  the forms still to time in this check, the chosen form, checks so far]
@@ -316,7 +324,9 @@ def _probe(key, forms, due, args, kw):
 
 _PICKED = {}
 _DUE = {}
+_SHAPES = {}
 _EVERY = 16
+_TIMED_SHAPES = 16
 
 
 # helper: _lu, needs: _pick

@@ -189,6 +189,24 @@ def test_calls_from_several_threads_share_the_choices_safely():
         assert all(pool.map(work, range(12)))
 
 
+def test_a_shape_that_keeps_changing_gets_the_plain_form_untimed():
+    ns = _fresh(["_pick"])
+    forms, calls = _timed_forms({"a": 0.0, "b": 0.0})
+    cap = ns["_TIMED_SHAPES"]
+    for n in range(1, cap + 15):
+        calls.clear()
+        ns["_pick"](("op", n), forms, np.zeros(n))
+        if n > cap:
+            assert calls == ["a"]  # one call of forms[0]
+        else:
+            assert len(calls) >= 4  # warmed up and timed
+    assert ns["_PICKED"][("op", cap + 14)] is forms[0] and ("op", cap + 14) not in ns["_DUE"]
+    assert len(ns["_DUE"]) == cap  # the first shapes were timed
+    calls.clear()
+    ns["_pick"](("other", 5), forms, np.zeros(5))  # another operation is timed as usual
+    assert len(calls) >= 4
+
+
 def test_a_fixed_choice_is_never_checked():
     ns = _fresh(["_pick"])
     forms, calls = _timed_forms({"a": 0.0, "b": 0.0})
