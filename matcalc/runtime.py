@@ -231,7 +231,7 @@ def _pick(key, forms, /, *args, **kw):
     (_PICKED[key]) and now and then, when _DUE[key] counts down to its turn, time the forms
     again, one per call, on the calls' own work (_probe): a choice made while other processes
     held the CPUs, or before the caches were warm, is undone the next time it is checked.
-    The checks get rarer (every 16, 32, ... 1024 calls) while the choice stands.  A key in
+    The checks get rarer (after 4 calls, then 8, 16, ... up to 1024) while the choice stands.  A key in
     _PICKED without _DUE is fixed.  After 16 shapes of one operation, a new shape takes
     forms[0], untimed: the first call of a shape costs several calls, too many when every
     call brings a new shape."""
@@ -317,7 +317,7 @@ def _probe(key, forms, due, args, kw):
         _PICKED[key] = due[4] = forms[i]
         due[1] = _EVERY
     else:
-        due[1] = min(2 * due[1], 64 * _EVERY)
+        due[1] = min(2 * due[1], 256 * _EVERY)
     due[0], due[3] = due[1], None
     return out
 
@@ -325,7 +325,7 @@ def _probe(key, forms, due, args, kw):
 _PICKED = {}
 _DUE = {}
 _SHAPES = {}
-_EVERY = 16
+_EVERY = 4
 _TIMED_SHAPES = 16
 
 
