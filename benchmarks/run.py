@@ -24,7 +24,6 @@ import json
 import math
 import os
 import platform
-import shutil
 import statistics
 import subprocess
 import sys
@@ -199,8 +198,11 @@ def changing_shapes(matcalc, n, failures):
 
 
 def cli_wall(runs, from_repo, failures):
-    """Median wall time of the CLI in fresh processes, run the way matcalc was imported here."""
-    exe = shutil.which("matcalc")
+    """Median wall time of the CLI in fresh processes, run the way matcalc was imported here:
+    the `matcalc` script of this interpreter's environment (a launcher found first on PATH,
+    such as pyenv's shell shims, would add its own start-up time), else `python -m matcalc`."""
+    here = Path(sys.executable).parent
+    exe = next((str(p) for p in (here / "matcalc", here / "matcalc.exe") if p.is_file()), None)
     cmd = [exe] if exe else [sys.executable, "-m", "matcalc"]
     cmd += ["derive", VAE.expr, "--wrt", "W"]
     env = dict(os.environ)
