@@ -101,6 +101,7 @@ class Emitter:
         self.counter = 0
         self.temps: set = set()
         self.owned: set = set()  # temporaries holding a new array that this function made
+        self.ones_of: dict = {}  # a size -> the temporary holding that many ones
 
     def new_temp(self) -> str:
         self.counter += 1
@@ -356,8 +357,17 @@ class Emitter:
             return code
         self.helpers.add("_ones")
         if len(dims) == 1:
-            return f"{code}.dot(_ones({dims[0]}))"
-        return f"_ones({dims[0]}).dot({code}).dot(_ones({dims[1]}))"
+            return f"{code}.dot({self.ones(dims[0])})"
+        return f"{self.ones(dims[0])}.dot({code}).dot({self.ones(dims[1])})"
+
+    def ones(self, d: str) -> str:
+        """A temporary holding _ones(d), assigned where first needed (a function may sum
+        several arrays of one size: λ's terms in value_and_grad)."""
+        name = self.ones_of.get(d)
+        if name is None:
+            name = self.ones_of[d] = self.new_temp()
+            self.lines.append(f"{name} = _ones({d})")
+        return name
 
     def fresh_matrix(self, arg: Expr, code: str) -> bool:
         """arg is computed here into a new float matrix that nothing else reads."""
