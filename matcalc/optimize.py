@@ -57,6 +57,8 @@ def _chain(e: Expr, uses: dict, scalars: list) -> list:
         if sc and len(arr) == 1:
             scalars.extend(sc)
             return _chain(arr[0], uses, scalars)
+    if e.op == "const" and e.shape != SCALAR and 1 not in e.shape:  # c·1 1ᵀ: a column times a row
+        return [ir.const(e.attr, (e.shape[0], 1)), ir.const(1.0, (1, e.shape[1]))]
     return [e]
 
 

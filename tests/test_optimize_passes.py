@@ -13,6 +13,7 @@ EXPRS = [
     ("norm2(A@x - y)**2 + sum(log(2 + exp(A@x)))", "x"),
     ("tr(A@X.T@B@X@C)", "X"),
     ("sum(expm1(W@x)) + sum(exp(W@x) - 1)", "W"),
+    ("sum(X@W) + 2*sum(A@W@B)", "W"),
 ]
 
 
@@ -42,3 +43,17 @@ def test_the_passes_change_what_runs():
     G = d._leaves(d.gradient)
     ops = lambda e: {n.op for n in __import__("matcalc").ir.walk(e)}  # noqa: E731
     assert "solve" not in ops(G) and "solve" in ops(optimize([G])[0])
+
+
+def test_a_matrix_of_ones_in_a_product_is_a_column_times_a_row():
+    """∂ sum(XW)/∂W = Xᵀ 1 1ᵀ = (Xᵀ1) 1ᵀ: an outer product of two vectors, never an n×m
+    array of ones multiplied by Xᵀ (n·d·m multiplications instead of n·d + d·m)."""
+    shapes = {"X": ("n", "d"), "W": ("d", "m"), "A": ("k", "d"), "B": ("m", "p")}
+    d = matcalc.derive("sum(X@W) + 2*sum(A@W@B)", wrt="W", shapes=shapes)
+    assert "np.full((dim_n, dim_m)" not in d.numpy_source and "np.full((dim_k, dim_p)" not in d.numpy_source
+    rng = np.random.default_rng(7)
+    n, dd, m, k, p = 5, 3, 4, 6, 2
+    X, W = rng.standard_normal((n, dd)), rng.standard_normal((dd, m))
+    A, B = rng.standard_normal((k, dd)), rng.standard_normal((m, p))
+    closed = np.outer(X.sum(0), np.ones(m)) + 2 * np.outer(A.sum(0), B.sum(1))
+    np.testing.assert_allclose(d.function(X=X, W=W, A=A, B=B), closed, rtol=1e-12)
