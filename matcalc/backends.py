@@ -154,6 +154,12 @@ class FrameworkEmitter(codegen.Emitter):
     def full(self, shape, value: float) -> str:
         return f"{self.mod}.full({self.shape_src(shape)}, {value!r}{self._like()})"
 
+    def outer_code(self, u: str, v: str) -> str:
+        return f"{self.mod}.outer({u}, {v})"
+
+    def product_code(self, x: str, y: str) -> str:
+        return f"({x} @ {y})"
+
     def single_factor(self, n: Expr, a: list):
         return None  # one use: the framework's own function factorises once anyway
 
@@ -190,18 +196,7 @@ class FrameworkEmitter(codegen.Emitter):
                     return f"(1.0 / {a[0]})"
             return f"{m}.pow({x}, {a[1]})" if be == "torch" else f"jnp.power({x}, {a[1]})"
         if op == "matmul":
-            x, y = n.args
-            if x.shape[1] == 1:  # inner size 1: a scaling or an outer product
-                if x.shape == SCALAR or y.shape == SCALAR:
-                    return f"({a[0]} * {a[1]})"
-                return f"{m}.outer({a[0]}, {a[1]})"
-            scaled = self.diag_product(n, a)
-            if scaled is not None:
-                return scaled
-            if x.op == "T" and len(np_shape(y.shape)) == 1 and (
-                    x not in self.temps or self.code[x.args[0]].isidentifier()):
-                return f"({a[1]} @ {self.code[x.args[0]]})"  # Aᵀv = vA: no transposed operand
-            return f"({a[0]} @ {a[1]})"
+            return self.matmul(n, a)
         if op == "T":
             return f"{a[0]}.T" if len(np_shape(n.shape)) == 2 else a[0]
         if op == "frob":

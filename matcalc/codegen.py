@@ -237,20 +237,7 @@ class Emitter:
                     return f"(1.0 / {a[0]})"
             return f"np.power({a[0]}, {a[1]})"
         if op == "matmul":
-            x, y = n.args
-            if x.shape[1] == 1:  # inner size 1: a scaling or an outer product
-                if x.shape == SCALAR or y.shape == SCALAR:
-                    return f"({a[0]} * {a[1]})"
-                self.helpers.add("_outer")
-                return f"_outer({a[0]}, {a[1]})"
-            scaled = self.diag_product(n, a)
-            if scaled is not None:
-                return scaled
-            if x.op == "T" and len(np_shape(y.shape)) == 1 and (
-                    x not in self.temps or self.code[x.args[0]].isidentifier()):
-                return f"{a[1]}.dot({self.code[x.args[0]]})"  # Aᵀv = vA: no transposed view
-            # the method: the same BLAS call as @, with a third of its overhead on small arrays
-            return f"{a[0]}.dot({a[1]})"
+            return self.matmul(n, a)
         if op == "T":
             return f"{a[0]}.T" if len(np_shape(n.shape)) == 2 else a[0]
         if op == "frob":
@@ -307,6 +294,30 @@ class Emitter:
         """The number of entries of an array of ``shape``, as code."""
         dims = [self.dim(d) for d in np_shape(shape)]
         return ("(" + " * ".join(dims) + ")" if len(dims) > 1 else dims[0]) if dims else "1"
+
+    def matmul(self, n: Expr, a: list) -> str:
+        """A product: a scaling, an outer product, a Diag product, or a matrix product (Aᵀv
+        as vA: no transposed operand)."""
+        x, y = n.args
+        if x.shape[1] == 1:  # inner size 1: a scaling or an outer product
+            if x.shape == SCALAR or y.shape == SCALAR:
+                return f"({a[0]} * {a[1]})"
+            return self.outer_code(a[0], a[1])
+        scaled = self.diag_product(n, a)
+        if scaled is not None:
+            return scaled
+        if x.op == "T" and len(np_shape(y.shape)) == 1 and (
+                x not in self.temps or self.code[x.args[0]].isidentifier()):
+            return self.product_code(a[1], self.code[x.args[0]])
+        return self.product_code(a[0], a[1])
+
+    def outer_code(self, u: str, v: str) -> str:
+        self.helpers.add("_outer")
+        return f"_outer({u}, {v})"
+
+    def product_code(self, x: str, y: str) -> str:
+        # the method: the same BLAS call as @, with a third of its overhead on small arrays
+        return f"{x}.dot({y})"
 
     def diag_product(self, n: Expr, a: list):
         """Diag(h)@A scales rows, A@Diag(h) scales columns: Diag(h) is never built (None:
