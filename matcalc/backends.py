@@ -344,21 +344,22 @@ class BackendFunction:
 
         check_arguments(self.name, kwargs, self.params)
         if self.backend == "torch" and any(type(v).__module__ == "numpy" for v in kwargs.values()):
-            kwargs = self._from_numpy(kwargs)
+            kwargs = from_numpy(kwargs)
         if self._same_names:
             return self.emitted(**kwargs)
         return self.emitted(**{self.params[k]: v for k, v in kwargs.items()})
 
-    def _from_numpy(self, kwargs):
-        """NumPy arrays as CPU tensors (shared memory), NumPy scalars as floats."""
-        import numpy as np
-        import torch
 
-        out = {}
-        for k, v in kwargs.items():
-            if isinstance(v, np.ndarray):
-                v = torch.from_numpy(np.asarray(v, dtype=float) if v.dtype.kind != "f" else v)
-            elif isinstance(v, np.generic):
-                v = float(v)
-            out[k] = v
-        return out
+def from_numpy(kwargs: dict) -> dict:
+    """For torch: NumPy arrays as CPU tensors (shared memory), NumPy scalars as floats."""
+    import numpy as np
+    import torch
+
+    out = {}
+    for k, v in kwargs.items():
+        if isinstance(v, np.ndarray):
+            v = torch.from_numpy(np.asarray(v, dtype=float) if v.dtype.kind != "f" else v)
+        elif isinstance(v, np.generic):
+            v = float(v)
+        out[k] = v
+    return out

@@ -296,7 +296,9 @@ class _Functions:
 
         check_arguments(fname, values, self._py)
         if self.backend == "torch" and any(type(v).__module__ == "numpy" for v in values.values()):
-            values = _from_numpy(values)
+            from .backends import from_numpy
+
+            values = from_numpy(values)
         return {self._py[k]: v for k, v in values.items()}
 
     def _concrete(self, shape_user, values):
@@ -390,17 +392,3 @@ def functions(m, backend: str, source: str) -> _Functions:
     """The compiled functions of ``source`` (``module_source(m, backend)``)."""
     cls = HessianFunctions if m.kind == "hessian" else JacobianFunctions
     return cls(m, backend, source)
-
-
-def _from_numpy(values):
-    import numpy as np
-    import torch
-
-    out = {}
-    for k, v in values.items():
-        if isinstance(v, np.ndarray):
-            v = torch.from_numpy(np.asarray(v, dtype=float) if v.dtype.kind != "f" else v)
-        elif isinstance(v, np.generic):
-            v = float(v)
-        out[k] = v
-    return out
