@@ -102,6 +102,18 @@ def parse_lets(items) -> dict:
     return out
 
 
+def check_backend_args(args) -> None:
+    """--backend names an installed framework and goes with --code or --json."""
+    if args.backend != "numpy":
+        from .backends import check_backend
+        from .errors import DeriveError
+
+        check_backend(args.backend)
+        if not (args.code or args.json):
+            raise DeriveError("--backend chooses the framework of --code (or of --json's "
+                              "source); add --code")
+
+
 def _protect_leading_minus(argv):
     """An expression that starts with '-' (``-t.T@log(softmax(z))``) is the expression, not an
     option: argparse would take it for an unknown flag.  Such a token (the first one after the
@@ -198,13 +210,7 @@ def run(argv=None) -> int:
     from .errors import NotationWarning
 
     try:
-        if args.backend != "numpy":
-            from .backends import check_backend
-
-            check_backend(args.backend)
-            if not (args.code or args.json):
-                raise DeriveError("--backend chooses the framework of --code (or of --json's "
-                                   "source); add --code")
+        check_backend_args(args)
         shapes = parse_shapes(args.shape)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", NotationWarning)

@@ -1035,17 +1035,11 @@ def run_cli(args) -> int:
     import json
     import sys
 
-    from .cli import EXIT_CHECK_FAILED, EXIT_OK, EXIT_REFUSED, parse_lets, parse_shapes
+    from .cli import EXIT_CHECK_FAILED, EXIT_OK, EXIT_REFUSED, check_backend_args, parse_lets, parse_shapes
     from .errors import MatcalcError
 
     try:
-        if args.backend != "numpy":
-            from .backends import check_backend
-
-            check_backend(args.backend)
-            if not (args.code or args.json):
-                raise DeriveError("--backend chooses the framework of --code (or of --json's "
-                                  "source); add --code")
+        check_backend_args(args)
         shapes = parse_shapes(args.shape)
         lets = parse_lets(args.let) or None
         # the module is emitted now: a refusal of the emitted code is a refusal, not a crash later
