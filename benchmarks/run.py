@@ -180,7 +180,7 @@ def changing_shapes(matcalc, n, failures):
     """One call each at n input widths (the two-layer ReLU, d = 200, 201, ...): the total time of
     the emitted function and of the hand-written gradient, in ms (each new shape makes the
     emitted function time its forms, up to a number of shapes per operation)."""
-    from workloads import RELU2
+    RELU2 = BY_NAME["relu2_kl"]
     try:
         f = matcalc.derive(RELU2.expr, wrt=RELU2.wrt, shapes=RELU2.shapes).function.emitted
         rng = rng_for("changing", n)
