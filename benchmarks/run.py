@@ -371,19 +371,23 @@ def main(argv=None):
                     fns.append(lambda: vg.function(**inp))  # with argument checks, as users call it
                 except Exception as e:
                     failures.append(f"value_and_grad {w.name}/{size}: {short(e)}")
+            hand_vg = len(fns) if w.vg is not None else None
+            if hand_vg is not None:
+                fns.append(lambda: w.vg(**inp))
             try:
                 times, outs = bench(fns, **reps(args))
                 if d is not None:  # the emitted time as its per-round ratio to the hand-written one
                     times[1] = times[0] * pair_ratio(1, 0)
             except Exception as e:
                 failures.append(f"run {w.name}/{size}: {short(e)}")
-                rows.append((w, size, None, None, None, None, None, None, None))
+                rows.append((w, size, None, None, None, None, None, None, None, None))
                 continue
             t_emit = times[1] if d is not None else None
             t_checked = times[2] if d is not None else None
             t_vg = pair_ratio(3, 1) if vg is not None else None
             t_vg1 = pair_ratio(4, 1) if vg1 is not None else None
             t_vgc = pair_ratio(5, 2) if vg1 is not None else None
+            t_vgh = pair_ratio(hand_vg, 0) if hand_vg is not None else None
             err = None
             try:
                 if d is not None:
@@ -391,17 +395,23 @@ def main(argv=None):
                     if err > RTOL:
                         failures.append(f"{w.name}/{size}: emitted gradient disagrees with hand-written "
                                         f"(max rel error {err:.2e})")
+                lam = w.lam(np, **inp)
+                if hand_vg is not None:  # the hand-written value_and_grad against λ and the gradient
+                    value, grads = outs[hand_vg]
+                    if abs(float(value) - lam) > RTOL * abs(lam) or rel_err(grads[w.wrt], outs[0]) > RTOL:
+                        failures.append(f"{w.name}/{size}: hand-written value_and_grad disagrees")
                 for k in (3, 4) if vg1 is not None else (3,) if vg is not None else ():
                     value, grads = outs[k]
-                    e_val = abs(float(value) - w.lam(np, **inp)) / max(abs(w.lam(np, **inp)), 1e-300)
-                    e_grad = rel_err(grads[w.wrt], outs[0])
+                    e_val = abs(float(value) - lam) / max(abs(lam), 1e-300)
+                    refs = outs[hand_vg][1] if hand_vg is not None else {w.wrt: outs[0]}
+                    e_grad = max(rel_err(grads[v], refs[v]) for v in refs if v in grads)
                     if max(e_val, e_grad) > RTOL:
                         failures.append(f"{w.name}/{size}: value_and_grad disagrees "
                                         f"(value {e_val:.1e}, grad {e_grad:.1e})")
             except Exception as e:
                 failures.append(f"{w.name}/{size}: {short(e)}")
                 err = math.inf
-            rows.append((w, size, t_emit, times[0], t_vg, err, t_checked, t_vg1, t_vgc))
+            rows.append((w, size, t_emit, times[0], t_vg, err, t_checked, t_vg1, t_vgc, t_vgh))
 
     fw_times = {} if args.no_frameworks else run_frameworks(sizes, workloads, args, failures)
     missing = [fw for fw in FRAMEWORKS if fw not in fw_times]
@@ -435,13 +445,16 @@ def report(sizes, rows, fw_times, derive_rows, lrows, cli, changing, failures, n
            f"arguments) / hand; torch = autograd / hand (own process); v&g = value_and_grad (λ and "
            f"the gradients of the listed wrt) / emitted single gradient; v&g 1 = value_and_grad with "
            f"the gradient's own wrt only (what λ adds); v&g checked = `vg.function` / `d.function` "
-           f"(target ≤ {VG_TARGET} at size {VG_SIZE}); err = max relative difference emitted vs hand.", "",
+           f"(target ≤ {VG_TARGET} at size {VG_SIZE}); hand v&g = hand-written NumPy value_and_grad "
+           f"(the same wrt as v&g, sharing the forward pass) / hand-written gradient, what NumPy's "
+           f"calls cost a programmer for the same job; err = max relative difference emitted vs hand.", "",
            "| workload | size | dims | hand ms | matcalc ms | jax ms | matcalc/hand | jax/hand "
-           "| m/j same | m/j via hand | checked | torch | v&g | v&g wrt | v&g 1 | v&g checked | err |",
-           "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|"]
+           "| m/j same | m/j via hand | checked | torch | v&g | v&g wrt | v&g 1 | v&g checked | hand v&g | err |",
+           "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
     by_w = {}
-    summary = {"worst": (0.0, None), "worst_jax": (0.0, None), "worst_via": (0.0, None), "vg": []}
-    for w, size, te, th, vg, err, tc, vg1, vgc in rows:
+    summary = {"worst": (0.0, None), "worst_jax": (0.0, None), "worst_via": (0.0, None), "vg": [],
+               "vg hand": []}
+    for w, size, te, th, vg, err, tc, vg1, vgc, vgh in rows:
         r = ratio(te, th)
         fr = {fw: ratio(*fw_times[fw][w.name, size]) if (w.name, size) in fw_times.get(fw, {}) else None
               for fw in FRAMEWORKS}
@@ -461,6 +474,7 @@ def report(sizes, rows, fw_times, derive_rows, lrows, cli, changing, failures, n
             summary["worst_via"] = (rv, f"{w.name} {size}")
         if size == VG_SIZE:
             summary["vg"].append((w.name, vg, vg1, vgc))
+            summary["vg hand"].append((w.name, vgh))
         tj = fw_times.get("jax", {}).get((w.name, size), (None, None))[0]
         dims = " ".join(f"{k}={v}" for k, v in w.sizes[size].items())
         vg_target = VG_TARGET if size == VG_SIZE else None
@@ -469,7 +483,7 @@ def report(sizes, rows, fw_times, derive_rows, lrows, cli, changing, failures, n
                    f"| {fmt(rv)} "
                    f"| {fmt(ratio(tc, th))} | {fmt(fr['torch'])} | {fmt(vg, target=vg_target)} "
                    f"| {','.join(w.vg_wrt)} | {fmt(vg1, target=vg_target)} "
-                   f"| {fmt(vgc, target=vg_target)} | {fmt(err, '.1e')} |")
+                   f"| {fmt(vgc, target=vg_target)} | {fmt(vgh)} | {fmt(err, '.1e')} |")
     out += ["", f"Geometric means of the ratios over each workload's sizes (target ≤ {GEOMEAN_TARGET} "
             f"for matcalc/hand over all, and below jax/hand):", "",
             "| workload | sizes | matcalc/hand | jax/hand | m/j same | m/j via hand | torch/hand |",
@@ -507,7 +521,9 @@ def report(sizes, rows, fw_times, derive_rows, lrows, cli, changing, failures, n
             f"{wv:.2f}, {wv_at})",
             f"- value_and_grad ≤ {VG_TARGET}× the gradient at size {VG_SIZE}: "
             f"{met(max(vgs) <= VG_TARGET if vgs else None)} ("
-            + ", ".join(f"{n} {fmt(a)}/{fmt(b)}/{fmt(c)}" for n, a, b, c in summary["vg"]) + "; v&g/v&g 1/v&g checked)",
+            + ", ".join(f"{n} {fmt(a)}/{fmt(b)}/{fmt(c)}" for n, a, b, c in summary["vg"]) + "; v&g/v&g 1/v&g checked). "
+            "Hand-written NumPy's value_and_grad over its gradient at that size: "
+            + ", ".join(f"{n} {fmt(h)}" for n, h in summary["vg hand"]),
             f"- cold CLI ≤ {CLI_TARGET_S} s: {met(None if cli_t is None else cli_t <= CLI_TARGET_S)} "
             f"({fmt(cli_t, '.3f')} s)"]
 

@@ -27,6 +27,7 @@ class Workload:
     grad: Callable            # grad(**inputs) -> ndarray shaped like inputs[wrt]
     vg_wrt: List[str] = field(default_factory=list)  # wrt list for value_and_grad
     target: bool = True       # derive() ≤ 20 ms applies
+    vg: Callable = None       # vg(**inputs) -> (λ, {wrt: gradient}) for vg_wrt, hand-written
 
     def expr_at(self, size):
         return self.expr
@@ -82,11 +83,19 @@ def _vae_grad(W, x, c, m, alpha):
     return np.outer(alpha * (np.exp(W @ x + c) - 1), x)  # scale the vector, not the matrix
 
 
+def _vae_vg(W, x, c, m, alpha):
+    z = W @ x + c
+    e = np.expm1(z)
+    s = np.sum(e - z) + m @ m
+    g = alpha * e
+    return alpha * s, {"W": np.outer(g, x), "c": g, "m": (2 * alpha) * m, "alpha": s}
+
+
 VAE = Workload(
     "vae_kl", "alpha*(exp(W@x+c)-W@x-c+m*m-1):1", "W",
     {"W": ("a", "b"), "x": ("b",), "c": ("a",), "m": ("a",), "alpha": ()},
     _sizes(dict(a=4, b=3), lambda n: dict(a=n, b=n), large=(2048, 4096)),
-    _vae_make, _vae_lam, _vae_grad, vg_wrt=["W", "c", "m", "alpha"])
+    _vae_make, _vae_lam, _vae_grad, vg_wrt=["W", "c", "m", "alpha"], vg=_vae_vg)
 
 
 # 2. two-layer ReLU KL wrt W0 ---------------------------------------------------
@@ -110,11 +119,20 @@ def _relu2_grad(W0, x, b0, W1, b1, m):
     return np.outer(g * (z0 > 0), x)
 
 
+def _relu2_vg(W0, x, b0, W1, b1, m):
+    z0 = W0 @ x + b0
+    z1 = W1 @ np.maximum(z0, 0) + b1
+    e = np.expm1(z1)
+    g1 = 0.5 * e
+    g0 = (g1 @ W1) * (z0 > 0)
+    return 0.5 * (np.sum(e - z1) + m @ m), {"W0": np.outer(g0, x), "b0": g0, "b1": g1, "m": m}
+
+
 RELU2 = Workload(
     "relu2_kl", "0.5*(exp(W1@relu(W0@x+b0)+b1) - (W1@relu(W0@x+b0)+b1) + m*m - 1):1", "W0",
     {"W0": ("h", "d"), "x": ("d",), "b0": ("h",), "W1": ("o", "h"), "b1": ("o",), "m": ("o",)},
     _sizes(dict(d=3, h=4, o=5), lambda n: dict(d=n, h=n, o=n), large=(2048, 4096)),
-    _relu2_make, _relu2_lam, _relu2_grad, vg_wrt=["W0", "b0", "b1", "m"])
+    _relu2_make, _relu2_lam, _relu2_grad, vg_wrt=["W0", "b0", "b1", "m"], vg=_relu2_vg)
 
 
 # 3. G:exp(X@W) wrt X (torch's Y.backward(G)) ----------------------------------
@@ -131,10 +149,16 @@ def _gexp_grad(G, X, W):
     return (G * np.exp(X @ W)) @ W.T
 
 
+def _gexp_vg(G, X, W):
+    E = np.exp(X @ W)
+    GE = G * E
+    return np.sum(GE), {"X": GE @ W.T, "G": E}
+
+
 GEXP = Workload(
     "g_exp_xw", "G:exp(X@W)", "X", {"G": ("n", "m"), "X": ("n", "d"), "W": ("d", "m")},
     _sizes(dict(n=3, d=4, m=5), lambda n: dict(n=n, d=n, m=n), large=(2048,)),
-    _gexp_make, _gexp_lam, _gexp_grad, vg_wrt=["X", "G"])
+    _gexp_make, _gexp_lam, _gexp_grad, vg_wrt=["X", "G"], vg=_gexp_vg)
 
 
 # 4. least squares and logistic loss wrt w -------------------------------------
@@ -169,10 +193,23 @@ def _logistic_grad(X, w, y):
     return -((y * _sigmoid(-y * (X @ w))) @ X)
 
 
+def _lstsq_vg(X, w, y):
+    r = X @ w - y
+    return r @ r, {"w": 2 * (r @ X), "y": -2 * r}
+
+
+def _logistic_vg(X, w, y):
+    u = X @ w
+    t = -y * u
+    s = _sigmoid(t)
+    return np.sum(_softplus(np, t)), {"w": -((y * s) @ X), "y": -(s * u)}
+
+
 LSTSQ = Workload("least_squares", "(X@w-y):(X@w-y)", "w", _REG_SHAPES, _REG_SIZES,
-                 _lstsq_make, _lstsq_lam, _lstsq_grad, vg_wrt=["w", "y"])
+                 _lstsq_make, _lstsq_lam, _lstsq_grad, vg_wrt=["w", "y"], vg=_lstsq_vg)
 LOGISTIC = Workload("logistic", "sum(log(1+exp(-y*(X@w))))", "w", _REG_SHAPES, _REG_SIZES,
-                    _logistic_make, _logistic_lam, _logistic_grad, vg_wrt=["w", "y"])
+                    _logistic_make, _logistic_lam, _logistic_grad, vg_wrt=["w", "y"],
+                    vg=_logistic_vg)
 
 
 # 5. deep tanh MLP with MSE head wrt the first layer's weight ------------------
@@ -221,16 +258,27 @@ def _mlp_lam(xp, **inp):
     return xp.sum(r * r)
 
 
-def _mlp_grad(**inp):
+def _mlp_back(inp):
+    """(h_L - y, the gradient wrt W1)."""
     Ws, x, y = _mlp_split(inp)
     hs = [x]
     for W in Ws:
         hs.append(np.tanh(W @ hs[-1]))
-    g = 2 * (hs[-1] - y)
+    r = hs[-1] - y
+    g = 2 * r
     for k in range(len(Ws) - 1, 0, -1):       # back through layers L .. 2
         g = Ws[k].T @ (g * (1 - hs[k + 1] ** 2))
     g = g * (1 - hs[1] ** 2)
-    return np.outer(g, x) if g.ndim == 1 else g @ x.T
+    return r, np.outer(g, x) if g.ndim == 1 else g @ x.T
+
+
+def _mlp_grad(**inp):
+    return _mlp_back(inp)[1]
+
+
+def _mlp_vg(**inp):
+    r, g = _mlp_back(inp)
+    return np.sum(r * r), {"W1": g, "Y" if r.ndim == 2 else "y": -2 * r}
 
 
 class MLPWorkload(Workload):
@@ -239,7 +287,7 @@ class MLPWorkload(Workload):
     def __init__(self, name, batch, sizes):
         super().__init__(name, mlp_expr(2, batch), "W1", mlp_shapes(2, batch), sizes,
                          _mlp_make, _mlp_lam, _mlp_grad,
-                         vg_wrt=["W1", "Y" if batch else "y"], target=False)
+                         vg_wrt=["W1", "Y" if batch else "y"], target=False, vg=_mlp_vg)
         self.batch = batch
 
     def expr_at(self, size):
@@ -276,11 +324,20 @@ def _nll_grad(S, x, mu):
     return 0.5 * (Si.T - np.outer(r @ Si, Si @ r))
 
 
+def _nll_vg(S, x, mu):
+    Si = np.linalg.inv(S)
+    r = x - mu
+    Sr, rS = Si @ r, r @ Si
+    gx = 0.5 * (Sr + rS)
+    return (0.5 * (np.linalg.slogdet(S)[1] + r @ Sr),
+            {"S": 0.5 * (Si.T - np.outer(rS, Sr)), "x": gx, "mu": -gx})
+
+
 NLL = Workload(
     "gaussian_nll", "0.5*logdet(S) + 0.5*(x-mu).T@inv(S)@(x-mu)", "S",
     {"S": ("n", "n"), "x": ("n",), "mu": ("n",)},
     _sizes(dict(n=4), lambda n: dict(n=n), large=(2048,)),
-    _nll_make, _nll_lam, _nll_grad, vg_wrt=["S", "x", "mu"])
+    _nll_make, _nll_lam, _nll_grad, vg_wrt=["S", "x", "mu"], vg=_nll_vg)
 
 
 WORKLOADS = [VAE, RELU2, GEXP, LSTSQ, LOGISTIC, MLP_VEC, MLP_BATCH, NLL]

@@ -62,6 +62,21 @@ def test_hand_gradient_matches_finite_differences(w):
         np.testing.assert_allclose(g, fd, rtol=1e-5, atol=1e-7 * np.abs(fd).max())
 
 
+@pytest.mark.parametrize("w", workloads.WORKLOADS, ids=lambda w: w.name)
+def test_hand_value_and_grad_matches_finite_differences(w):
+    """The hand-written value_and_grad (the benchmark's NumPy baseline for matcalc's): λ and
+    the gradient of every listed wrt, at tiny sizes and at a larger MLP depth."""
+    for size in ("tiny",) + (("L4",) if "L4" in w.sizes else ()):
+        inp = w.inputs(size, np.random.default_rng(7))
+        value, grads = w.vg(**inp)
+        assert sorted(grads) == sorted(w.vg_wrt)
+        assert np.isclose(value, w.lam(np, **inp), rtol=1e-12)
+        for v in w.vg_wrt:
+            fd = fd_grad(lambda **kw: w.lam(np, **kw), inp, v)
+            assert np.shape(grads[v]) == np.shape(inp[v]), v
+            np.testing.assert_allclose(grads[v], fd, rtol=1e-5, atol=1e-7 * np.abs(fd).max(), err_msg=v)
+
+
 def test_nll_gradient_is_unsymmetrised():
     """d logdet S = inv(S).T : dS: checked on a non-symmetric S (det > 0)."""
     rng = np.random.default_rng(1)
