@@ -41,6 +41,33 @@ def blas() -> str:
     return "; ".join(parts)
 
 
+def blas_core() -> str:
+    """The CPU kernels OpenBLAS chose (its core name; OPENBLAS_CORETYPE overrides the choice),
+    read from NumPy's bundled OpenBLAS; '' if not found."""
+    import ctypes
+    import glob
+
+    here = os.path.dirname(np.__file__)
+    for path in sorted(glob.glob(os.path.join(here + ".libs", "*openblas*"))
+                       + glob.glob(os.path.join(here, ".dylibs", "*openblas*"))):
+        for name in ("openblas_get_corename", "scipy_openblas_get_corename64_",
+                     "scipy_openblas_get_corename_"):
+            try:
+                fn = getattr(ctypes.CDLL(path), name)
+            except (OSError, AttributeError):
+                continue
+            fn.restype = ctypes.c_char_p
+            return fn().decode()
+    return ""
+
+
+def usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def describe() -> str:
     try:
         load = "load average %.2f %.2f %.2f" % os.getloadavg()
@@ -52,8 +79,11 @@ def describe() -> str:
         ne = f"numexpr {numexpr.__version__} ({numexpr.get_num_threads()} threads)"
     except ImportError:
         ne = "numexpr not installed"
-    return (f"CPU: {cpu_model()}, {os.cpu_count()} logical CPUs, {load}. "
-            f"Python {platform.python_version()}, NumPy {np.__version__}, BLAS: {blas()}; {ne}. "
+    core = blas_core()
+    forced = os.environ.get("OPENBLAS_CORETYPE")
+    core = f"OpenBLAS kernels: {core}" + (f" (OPENBLAS_CORETYPE={forced})" if forced else "") + "; " if core else ""
+    return (f"CPU: {cpu_model()}, {os.cpu_count()} logical CPUs ({usable_cpus()} usable by this process), {load}. "
+            f"Python {platform.python_version()}, NumPy {np.__version__}, BLAS: {blas()}; {core}{ne}. "
             f"Freed memory kept in the process (MALLOC_* variables): {'yes' if malloc else 'no'}.")
 
 
