@@ -216,7 +216,8 @@ class Derivation:
         doc = f"∂λ/∂{self.wrt} for λ = {self.lam_text_short}; shape {self.shape_text}."
         symbols = {k: v for k, v in self.symbols.items() if k in self._params}
         outputs = optimize([self._leaves(self.gradient)])  # the optimize stage's passes, in order
-        return function_source(fname, outputs, self._params, symbols, doc, optimized=True) + (fname,)
+        return function_source(fname, outputs, self._params, symbols, doc, optimized=True,
+                               declared=self.user_shapes, shaped_like=[self.wrt]) + (fname,)
 
     @cached_property
     def function(self) -> GradientFunction:
@@ -234,7 +235,7 @@ class Derivation:
         from .codegen import function_source, module_source
 
         src, params = function_source("grad", optimize([self.gradient]), list(self.user_shapes), self.symbols,
-                                      "G", optimized=True)
+                                      "G", optimized=True, declared=self.user_shapes, shaped_like=[self.wrt])
         return GradientFunction(module_source([src]), "grad", params, self.user_shapes, self.shape)
 
     def source(self, backend: str = "numpy") -> str:
@@ -253,7 +254,8 @@ class Derivation:
 
             fname = self._grad_source[2]
             doc = f"∂λ/∂{self.wrt} for λ = {self.lam_text_short}; shape {self.shape_text}."
-            src, params = function_source(backend, fname, [self.gradient], self._params, self.symbols, doc)
+            src, params = function_source(backend, fname, [self.gradient], self._params, self.symbols, doc,
+                                          declared=self.user_shapes, shaped_like=[self.wrt])
             self._backend_cache[backend] = (module_source(backend, [src]), params, fname)
         return self._backend_cache[backend]
 
@@ -281,7 +283,7 @@ class Derivation:
         from .codegen import function_source, module_source
 
         src, params = function_source("value", optimize([simplify(self.lam)]), list(self.user_shapes),
-                                      self.symbols, "λ", optimized=True)
+                                      self.symbols, "λ", optimized=True, declared=self.user_shapes)
         return GradientFunction(module_source([src]), "value", params, self.user_shapes)
 
     def check(self, seed: int = 0, tol: float = 1e-5, draws: int = 2, domain: dict | None = None,
@@ -529,7 +531,8 @@ class ValueAndGrad:
 
         doc = f"λ and its gradients wrt {', '.join(names)}, for λ = {first.lam_text_short}."
         src, params = function_source("value_and_grad", optimize(outputs), list(self.user_shapes), self.symbols,
-                                      doc, returns=returns, optimized=True)
+                                      doc, returns=returns, optimized=True, declared=self.user_shapes,
+                                      shaped_like=[None] + names)
         self.numpy_source = module_source([src])
         self.function = GradientFunction(self.numpy_source, "value_and_grad", params, self.user_shapes)
         self._emit_args = (outputs, doc, returns)
@@ -542,7 +545,8 @@ class ValueAndGrad:
             return self.numpy_source
         outputs, doc, returns = self._emit_args
         src, _ = function_source(backend, "value_and_grad", outputs, list(self.user_shapes), self.symbols,
-                                 doc, returns=returns)
+                                 doc, returns=returns, declared=self.user_shapes,
+                                 shaped_like=[None] + list(self.derivations))
         return module_source(backend, [src])
 
     def callable(self, backend: str = "numpy"):

@@ -239,9 +239,11 @@ class FrameworkEmitter(codegen.Emitter):
 
 
 def function_source(backend: str, fname: str, outputs: list, param_names: list, syms: dict,
-                    doc: str = "", returns=None) -> tuple:
+                    doc: str = "", returns=None, declared: dict | None = None,
+                    shaped_like: list | None = None) -> tuple:
     """Source of ``def fname(*, <params>)`` for torch or jax; like
-    ``codegen.function_source`` (same arguments, same optimisations)."""
+    ``codegen.function_source`` (same arguments, same optimisations, the same handling of
+    arguments declared with a size-1 dimension)."""
     from .optimize import optimize
 
     params = sanitize(param_names)
@@ -260,6 +262,11 @@ def function_source(backend: str, fname: str, outputs: list, param_names: list, 
     if doc:
         safe = not any(ch in doc for ch in "\\\"'\n")
         head.append('    """' + doc + '"""' if safe else "    " + repr(doc))
+    unit = {n for n in param_names if declared and 1 in declared.get(n, ())}  # a size-1 dimension
+    given = [n for n in dict.fromkeys(shaped_like or ()) if n in unit]
+    lib = "torch" if backend == "torch" else "jnp"
+    head.extend(f"    _shape_{params[n]} = {lib}.as_tensor({params[n]}).shape" if backend == "torch"
+                else f"    _shape_{params[n]} = jnp.shape({params[n]})" for n in given)
     if backend == "torch":  # scalars as 0-d tensors of the arrays' dtype, on their device
         like = f", dtype={ref}.dtype, device={ref}.device" if ref else ""
         for name in param_names:
@@ -269,8 +276,15 @@ def function_source(backend: str, fname: str, outputs: list, param_names: list, 
                     head.append(f"    {p} = torch.as_tensor({p}{like})")
                 else:  # only scalars: a Python float is a double
                     head.append(f"    {p} = {p} if torch.is_tensor({p}) else torch.tensor({p}, dtype=torch.float64)")
+    for name in param_names:  # squeezed as the code computes it: (n, 1) and (1, n) 1-D, (1, 1) 0-d
+        if name in unit:
+            p = params[name]
+            head.append(f"    {p} = {lib}.reshape({p}, {'()' if syms[name].shape == SCALAR else '(-1,)'})")
     body = ["    " + line for line in em.lines]
     results = [_as_array(backend, r, ref) for r in results]
+    if given:  # each such gradient takes its argument's shape as given
+        results = [f"{lib}.reshape({r}, _shape_{params[n]})" if n in given else r
+                   for r, n in zip(results, shaped_like)]
     ret = results[0] if len(results) == 1 else "(" + ", ".join(results) + ")"
     if returns is not None:
         ret = returns(results)

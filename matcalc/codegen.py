@@ -440,11 +440,15 @@ class Emitter:
 
 
 def function_source(fname: str, outputs: list[Expr], param_names: list[str], syms: dict,
-                    doc: str = "", returns=None, optimized: bool = False) -> tuple[str, dict]:
+                    doc: str = "", returns=None, optimized: bool = False, declared: dict | None = None,
+                    shaped_like: list | None = None) -> tuple[str, dict]:
     """Source of ``def fname(*, <params>)`` returning the outputs (a tuple if several).
 
     ``syms`` maps user names to their sym nodes; returns (source, user name -> python name).
-    ``optimized``: the outputs already went through ``optimize`` (api runs its passes itself)."""
+    ``optimized``: the outputs already went through ``optimize`` (api runs its passes itself).
+    ``declared``: the declared shapes (user name -> () / (n,) / (m, n)); an argument declared
+    with a size-1 dimension is then taken in its declared shape or squeezed, and
+    ``shaped_like[i]`` (a user name or None) gives output i that argument's shape as given."""
     params = sanitize(param_names)
     dim_source = {}
     for name in param_names:
@@ -461,6 +465,11 @@ def function_source(fname: str, outputs: list[Expr], param_names: list[str], sym
         safe = not any(ch in doc for ch in "\\\"'\n")
         head.append('    """' + doc + '"""' if safe else "    " + repr(doc))
     body = ["    " + line for line in em.lines]
+    unit = {n for n in param_names if declared and 1 in declared.get(n, ())}  # a size-1 dimension
+    given = [n for n in dict.fromkeys(shaped_like or ()) if n in unit]
+    if given:  # each such gradient takes its argument's shape as given
+        results = [f"np.reshape({r}, _shape_{params[n]})" if n in given else r
+                   for r, n in zip(results, shaped_like)]
     ret = results[0] if len(results) == 1 else "(" + ", ".join(results) + ")"
     if returns is not None:
         ret = returns(results)
@@ -471,8 +480,9 @@ def function_source(fname: str, outputs: list[Expr], param_names: list[str], sym
         if re.search(rf"\b{dname}\b", text):  # (a summed array of ones is never built)
             dims.append(f"    {dname} = {pname}.shape[{axis}]")
     used = text + "\n".join(dims)
+    head.extend(f"    _shape_{params[n]} = np.shape({params[n]})" for n in given)
     head.extend(entry_conversions([p for p in param_names if re.search(rf"\b{params[p]}\b", used)],
-                                  params, syms))
+                                  params, syms, unit))
     head.extend(dims)
     wrap = ""
     if any(call in text for call in BLAS_CALLS):  # BLAS on one thread or all, as measured
@@ -498,14 +508,18 @@ def num(v: float) -> str:
     return repr(v)
 
 
-def entry_conversions(param_names, params: dict, syms: dict) -> list[str]:
+def entry_conversions(param_names, params: dict, syms: dict, unit=()) -> list[str]:
     """The first lines of an emitted function: every argument as float64, so integer arrays,
-    lists and ints work too (the in-place updates and BLAS calls need floats)."""
+    lists and ints work too (the in-place updates and BLAS calls need floats).  An argument
+    declared with a size-1 dimension (in ``unit``) is squeezed as the code computes it:
+    a column (n, 1) or row (1, n) to a 1-D array, a (1,) or (1, 1) to a float."""
     lines = []
     for name in param_names:
         p = params[name]
         if syms[name].shape == (1, 1):
-            lines.append(f"    {p} = float({p})")
+            lines.append(f"    {p} = float(np.reshape({p}, ()))" if name in unit else f"    {p} = float({p})")
+        elif name in unit:
+            lines.append(f"    {p} = np.asarray({p}, float).reshape(-1)")
         else:
             lines.append(f"    {p} = np.asarray({p}, float)")
     return lines

@@ -83,8 +83,7 @@ class GradientFunction:
                 for d, s in zip(shape, arr.shape):
                     if d == 1 and s != 1:
                         raise ShapeError(f"{name} must have shape {shape}, got {arr.shape}")
-                squeezed = [s for d, s in zip(shape, arr.shape) if d != 1]
-                out[self.params[name]] = float(arr.reshape(())) if not squeezed else arr.reshape(squeezed)
+                out[self.params[name]] = arr  # (the emitted code squeezes it, and keeps its shape)
                 continue
             if arr.ndim != len(shape):
                 kind = "vector (1-D array)" if len(shape) == 1 else "matrix (2-D array)"

@@ -284,7 +284,8 @@ class _LinearMap:
             node = ir.const(0.0, self._result_shape(fname))
         syms = dict(self.symbols)
         syms[tangent_key] = tangent_node
-        src, params = function_source(fname, [node], self._params + [tangent_key], syms, doc)
+        src, params = function_source(fname, [node], self._params + [tangent_key], syms, doc,
+                                      declared=self.user_shapes)
         return self._positional(src, fname, params[tangent_key]), params
 
     def _result_shape(self, fname):
@@ -365,7 +366,7 @@ class _LinearMap:
 
             # each piece twice: the emitter then computes every piece once, into a temporary
             dsrc, _ = function_source(dname, pieces + pieces, self._params, self.symbols, ddoc,
-                                      returns=returns)
+                                      returns=returns, declared=self.user_shapes)
             extra = box["helpers"]
         else:
             values = "dict(" + ", ".join(f"{v}={v}" for v in py.values()) + ")"
@@ -561,7 +562,8 @@ class Jacobian(_LinearMap):
     def _module_parts(self):
         from .codegen import function_source
 
-        src, _ = function_source("value", [simplify(self.F)], self._params, self.symbols, "F")
+        src, _ = function_source("value", [simplify(self.F)], self._params, self.symbols, "F",
+                                 declared=self.user_shapes)
         return [src]
 
     @cached_property

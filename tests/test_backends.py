@@ -339,3 +339,26 @@ def test_every_registry_operator_runs_in_the_framework_as_in_numpy(backend, expr
             f = jax.jit(f)
         got = to_numpy(backend, f(**to_framework(backend, inputs)))
         assert rel_err(np.reshape(got, np.shape(d.function(**inputs))), d.function(**inputs)) < 1e-9, src
+
+
+@pytest.mark.parametrize("backend", _backend_params())
+def test_size_one_dimensions_as_declared_or_squeezed(backend):
+    """A column (b, 1), a row (1, a) and a (1,) vector, given in their declared shapes or as
+    1-D vectors: the gradients (and value_and_grad's) take the shapes given, and agree with
+    the NumPy function (itself checked against finite differences)."""
+    shapes = {"X": ("a", "b"), "W": ("b", 1), "r": (1, "a"), "s": (1,)}
+    expr = "s.T@(r@exp(X@W))"
+    rng = np.random.default_rng(9)
+    inputs = {"X": rng.standard_normal((3, 4)), "W": rng.standard_normal((4, 1)),
+              "r": rng.standard_normal((1, 3)), "s": rng.standard_normal(1)}
+    vg = matcalc.value_and_grad(expr, wrt=["W", "r", "s", "X"], shapes=shapes)
+    want_value, want = vg.function(**inputs)
+    squeezed = {k: v.reshape(-1) if k in ("W", "r") else v for k, v in inputs.items()}
+    for given in (inputs, squeezed):
+        value, grads = vg.callable(backend)(**to_framework(backend, given))
+        assert abs(float(value) - want_value) < 1e-12 * abs(want_value)
+        for k in ("W", "r", "s", "X"):
+            got = to_numpy(backend, matcalc.derive(expr, wrt=k, shapes=shapes).callable(backend)(
+                **to_framework(backend, given)))
+            assert got.shape == given[k].shape and to_numpy(backend, grads[k]).shape == given[k].shape, k
+            assert rel_err(got.reshape(want[k].shape), want[k]) < 1e-12, k

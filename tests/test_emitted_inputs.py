@@ -42,3 +42,76 @@ def test_int_arrays_and_lists(expr, wrt):
 def test_the_source_says_so():
     src = matcalc.derive("sum(exp(X@W))", wrt="W").numpy_source
     assert "X = np.asarray(X, float)" in src
+
+
+# A declared size-1 dimension: the standalone source takes the argument in its declared shape
+# or squeezed, and gives the gradient the shape its argument was given in.
+UNIT = [
+    # (expression, wrt, shapes, NumPy λ of the declared-shape arrays)
+    ("sum(exp(X@W))", "W", {"X": ("a", "b"), "W": ("b", 1)}, lambda X, W: np.sum(np.exp(X @ W))),
+    ("G:(X/r)", "r", {"X": ("a", "b"), "r": (1, "b"), "G": ("a", "b")}, lambda X, r, G: np.sum(G * X / r)),
+    ("sum(tanh(X + r))", "r", {"X": ("a", "b"), "r": (1, "b")}, lambda X, r: np.sum(np.tanh(X + r))),
+    ("x.T@A@x", "x", {"x": (1,), "A": (1, 1)}, lambda x, A: float(x @ A @ x)),
+    ("x.T@A@x", "A", {"x": (1,), "A": (1, 1)}, lambda x, A: float(x @ A @ x)),
+    ("c.T@M@c", "c", {"c": ("b", 1), "M": ("b", "b")}, lambda c, M: float((c.T @ M @ c)[0, 0])),
+]
+
+
+def _unit_inputs(shapes, rng):
+    size = {"a": 3, "b": 4}
+    return {k: rng.uniform(0.5, 1.5, tuple(size.get(d, d) for d in sh)) for k, sh in shapes.items()}
+
+
+def _fd(lam, inputs, wrt, eps=1e-6):
+    X = inputs[wrt]
+    G = np.zeros_like(X)
+    for idx in np.ndindex(X.shape):
+        vals = []
+        for step in (eps, -eps):
+            Xs = X.copy()
+            Xs[idx] += step
+            vals.append(lam(**{**inputs, wrt: Xs}))
+        G[idx] = (vals[0] - vals[1]) / (2 * eps)
+    return G
+
+
+@pytest.mark.parametrize("expr,wrt,shapes,lam", UNIT, ids=[f"{c[0]} wrt {c[1]}" for c in UNIT])
+def test_declared_size_one_dimensions_in_the_standalone_source(expr, wrt, shapes, lam):
+    d = matcalc.derive(expr, wrt=wrt, shapes=shapes)
+    f = compile_function(d.numpy_source, d.function.name)
+    inputs = _unit_inputs(shapes, np.random.default_rng(4))
+    want = _fd(lam, inputs, wrt)
+    got = f(**inputs)
+    assert np.shape(got) == inputs[wrt].shape
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    squeezed = {k: v.reshape(-1) if v.ndim == 2 and 1 in v.shape and v.size > 1 else v for k, v in inputs.items()}
+    got = f(**squeezed)  # NumPy's 1-D vectors for the rows and columns work too
+    assert np.shape(got) == squeezed[wrt].shape
+    np.testing.assert_allclose(np.reshape(got, want.shape), want, rtol=1e-6)
+    np.testing.assert_allclose(d.function(**inputs), want, rtol=1e-6)
+
+
+def test_value_and_grad_keeps_the_shapes_of_size_one_arguments():
+    shapes = {"X": ("a", "b"), "W": ("b", 1), "r": (1, "a")}
+    lam = lambda X, W, r: float((r @ np.exp(X @ W))[0, 0])  # noqa: E731
+    vg = matcalc.value_and_grad("r@exp(X@W)", wrt=["W", "r", "X"], shapes=shapes)
+    inputs = _unit_inputs(shapes, np.random.default_rng(5))
+    for f in (vg.function, compile_function(vg.numpy_source, "value_and_grad")):
+        value, grads = f(**inputs)
+        assert np.isclose(value, lam(**inputs))
+        for k in ("W", "r", "X"):
+            assert grads[k].shape == inputs[k].shape, k
+            np.testing.assert_allclose(grads[k], _fd(lam, inputs, k), rtol=1e-6, err_msg=k)
+
+
+def test_hessian_source_takes_a_declared_column():
+    """sum(exp(X@W)) with W a column (b, 1): H = Xᵀ Diag(exp(XW)) X, from the standalone
+    module with W given as declared or squeezed."""
+    shapes = {"X": ("a", "b"), "W": ("b", 1)}
+    h = matcalc.hessian("sum(exp(X@W))", wrt="W", shapes=shapes)
+    inputs = _unit_inputs(shapes, np.random.default_rng(6))
+    X, W = inputs["X"], inputs["W"]
+    want = X.T @ np.diag(np.exp(X @ W)[:, 0]) @ X
+    f = compile_function(h.numpy_source, "hessian_W")
+    for w in (W, W.reshape(-1)):
+        np.testing.assert_allclose(f(X=X, W=w), want, rtol=1e-12)
