@@ -1,14 +1,13 @@
 """The Python API: ``derive(expr, wrt, shapes=...)`` -> Derivation."""
 from __future__ import annotations
 
-import difflib
 import warnings
 from functools import cached_property
 
 from . import ir
 from .adjoint import pullback
 from .differential import differential
-from .errors import DeriveError, MatcalcError, ShapeError
+from .errors import DeriveError, MatcalcError, ShapeError, not_in_expression
 from .function import GradientFunction
 from .parse import parse
 from .naming import DiffName, auto_names, definitions_in_order, shared_names, tree_size
@@ -407,14 +406,11 @@ def _derive_one(expr, typed, wrt, syntax="matcalc", symmetric=(), form=None) -> 
         typed, subst = _intermediate(typed, wrt)
     if wrt in typed.symbols and not any(s.attr == wrt for s in ir.symbols(typed.expr)):
         users = [k for k, v in (typed.definitions or {}).items() if any(s.attr == wrt for s in ir.symbols(v))]
-        raise DeriveError(f"{wrt} occurs only in the definition of {', '.join(users)}, which the expression "
-                          f"does not use: ∂λ/∂{wrt} would be 0", expr, 0, len(expr.rstrip()))
+        where = (f"occurs only in the definition of {', '.join(users)}, which the expression does not use"
+                 if users else "occurs only where its values do not matter (its size)")
+        raise DeriveError(f"{wrt} {where}: ∂λ/∂{wrt} would be 0", expr, 0, len(expr.rstrip()))
     if wrt not in typed.symbols:
-        names = list(typed.symbols)
-        close = [n for n in names if n.lower() == wrt.lower()] or difflib.get_close_matches(wrt, names, n=1)
-        hint = f" (did you mean {close[0]}?)" if close else ""
-        raise DeriveError(f"{wrt!r} does not occur in the expression{hint}; its symbols are "
-                          + ", ".join(names))
+        raise not_in_expression(wrt, typed.symbols)
     if symmetric:
         from .symmetric import use_symmetry
 

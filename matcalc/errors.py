@@ -68,3 +68,16 @@ class NotationWarning(UserWarning):
         super().__init__(MatcalcError.render(self))
 
     column = MatcalcError.column
+
+
+def not_in_expression(wrt: str, names) -> DeriveError:
+    """The refusal of a wrt the expression does not contain, with the closest symbol's name."""
+    import difflib
+
+    names = list(names)
+    if not names:
+        return DeriveError(f"{wrt!r} does not occur in the expression, which has no symbols: "
+                           f"it is a constant")
+    close = [n for n in names if n.lower() == wrt.lower()] or difflib.get_close_matches(wrt, names, n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return DeriveError(f"{wrt!r} does not occur in the expression{hint}; its symbols are {', '.join(names)}")

@@ -62,6 +62,8 @@ class GradientFunction:
         out = {}
         for name, value in kwargs.items():
             shape = self.user_shapes[name]
+            if np.iscomplexobj(value):
+                raise TypeError(f"{name} is complex; matcalc's functions take real numbers")
             arr = np.asarray(value, dtype=float)
             if len(shape) == 0:
                 if arr.size != 1:
@@ -89,7 +91,11 @@ class GradientFunction:
                 kind = "vector (1-D array)" if len(shape) == 1 else "matrix (2-D array)"
                 raise ShapeError(f"{name} must be a {kind} of shape {shape}, got shape {arr.shape}")
             for d, s in zip(shape, arr.shape):
-                want = d if isinstance(d, int) else sizes.setdefault(d, s)
+                if isinstance(d, int):
+                    if d != s:
+                        raise ShapeError(f"{name} has shape {arr.shape}, but its declared shape is {shape}")
+                    continue
+                want = sizes.setdefault(d, s)
                 if want != s:
                     raise ShapeError(f"{name} has shape {arr.shape}, but dimension {d} is {want} "
                                      f"elsewhere (declared shape {shape})")

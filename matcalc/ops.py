@@ -772,7 +772,14 @@ register(Op("matrix_power", _matrix_power_rule, params=("power",), jvp=_jvp_matr
             latex=lambda p, e: (f"{p.wrap(e.args[0], 7)}^{{{e.attr}}}", 6),
             cost=lambda n, size: abs(n.attr) * size(n.shape[0]) ** 3,
             torch=_fw_matrix_power, jax=_fw_matrix_power))
-register(Op("size", to_scalar, params=("axis",), params_optional=True, jvp=lambda e, d: None,
+def size_rule(u, s, attr):
+    """size(X): its number of entries; size(X, axis): the length of one axis, as NumPy's."""
+    if attr is not None and attr not in (0, 1, -1, -2):
+        u.fail(f"size takes axis 0 (the number of rows), 1 (of columns) or -1/-2, not {attr}")
+    return SCALAR
+
+
+register(Op("size", size_rule, params=("axis",), params_optional=True, jvp=lambda e, d: None,
             rule="d size(X) = 0", numpy="{0}", user=True))
 
 

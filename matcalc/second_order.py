@@ -14,7 +14,6 @@ matrix (``matrix``).
 """
 from __future__ import annotations
 
-import difflib
 import warnings
 from functools import cached_property
 
@@ -22,7 +21,7 @@ from . import ir
 from .api import MAX_TREE
 from .adjoint import Step, pullback
 from .differential import differential
-from .errors import DeriveError, NotationWarning, ShapeError
+from .errors import DeriveError, NotationWarning, ShapeError, not_in_expression
 from .naming import shared_names, tree_size
 from .printing import tex_name, to_latex, to_text
 from .simplify import simplify, stabilize
@@ -52,11 +51,7 @@ def _check_wrt(typed, wrt):
         raise DeriveError(f"the symbol d{wrt} would read as the differential of {wrt} in the result "
                           f"(d{wrt} is reserved there): rename it")
     if wrt not in typed.symbols:
-        names = list(typed.symbols)
-        close = [n for n in names if n.lower() == wrt.lower()] or difflib.get_close_matches(wrt, names, n=1)
-        hint = f" (did you mean {close[0]}?)" if close else ""
-        raise DeriveError(f"{wrt!r} does not occur in the expression{hint}; its symbols are "
-                          + ", ".join(names))
+        raise not_in_expression(wrt, typed.symbols)
 
 
 def substitute(e: ir.Expr, old: ir.Expr, new: ir.Expr) -> ir.Expr:
@@ -457,6 +452,9 @@ class _LinearMap:
     def _apply(self, key, V, values, in_shape, out_shape, what):
         import numpy as np
 
+        from .function import check_arguments
+
+        check_arguments(self._fnames[key], values, self._gf.params)  # named as the product called
         conv = self._convert(values)
         t = self._tangent_array(V, values, in_shape, what)
         out = self._fn(key)(t, **conv)
@@ -1000,7 +998,7 @@ def compute(kind: str, expr: str, wrt: list, shapes: dict, definitions):
             results = jacobian(expr, wrt=list(wrt), shapes=shapes, definitions=definitions)
         else:
             results = hessian(expr, wrt=list(wrt), shapes=shapes, definitions=definitions)
-    notes = [str(w.message) for w in caught if issubclass(w.category, NotationWarning)]
+    notes = [w.message.message for w in caught if issubclass(w.category, NotationWarning)]
     for r in results.values():
         r.numpy_source  # noqa: B018
     return results, notes

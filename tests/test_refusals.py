@@ -35,6 +35,11 @@ REFUSED = [
     ("sum(Diag(X))", "X", ShapeError, ["Diag needs a column vector"], 5),
     ("A:B", "Q", DeriveError, ["'Q' does not occur", "A, B"], None),
     ("A:B", "a", DeriveError, ["does not occur", "did you mean A"], None),
+    ("2", "x", DeriveError, ["'x' does not occur", "no symbols", "constant"], None),
+    ("size(X)", "X", DeriveError, ["X occurs only where its values do not matter", "would be 0"], 1),
+    ("sum(X) + size(X, 2)", "X", ShapeError, ["size takes axis 0", "not 2"], 10),
+    ("sum(X) + size(X, -3)", "X", ShapeError, ["size takes axis 0", "not -3"], 10),
+    ("sum(X) + size(X, -1)", "X", None, [], None),  # fine: the last axis, as NumPy's
 ]
 
 
@@ -83,6 +88,14 @@ def test_function_rejects_inputs_of_the_wrong_shape():
         d.function(G=np.ones((2, 4)), X=np.ones((2, 3)), W=np.ones((5, 4)))
     with pytest.raises(TypeError):
         d.function(G=np.ones((2, 4)), X=np.ones((2, 3)))
+    with pytest.raises(ShapeError, match=r"X has shape \(4, 3\), but its declared shape is \(3, 3\)"):
+        matcalc.derive("sum(X@W)", "W", shapes={"X": (3, 3), "W": (3, 2)}).function(
+            X=np.ones((4, 3)), W=np.ones((3, 2)))
+    with pytest.raises(TypeError, match="X is complex"):  # not its real part, silently
+        d.function(G=np.ones((2, 4)), X=np.ones((2, 3)) * (1 + 1j), W=np.ones((3, 4)))
+    h = matcalc.hessian("sum(exp(A@x))", "x")
+    with pytest.raises(TypeError, match=r"hvp_x\(\) is missing the argument\(s\) x"):
+        h.hvp(np.ones(3), A=np.ones((2, 3)))
 
 
 def _cli(*args):

@@ -346,7 +346,10 @@ def test_jacobian_of_a_scalar_is_the_gradient_transposed_with_a_note():
     assert M.shape == (1, 4)
     assert rel_err(M[0], (A + A.T) @ x) < 1e-12
     r = _cli("jacobian", "x.T@A@x", "--wrt", "x")
-    assert r.returncode == 0 and "note" in r.stderr and "transpose" in r.stderr
+    assert r.returncode == 0 and "transpose" in r.stderr
+    assert r.stderr.count("note:") == 1, r.stderr  # "matcalc: note: the expression …", once
+    r = _cli("jacobian", "x.T@A@x", "--wrt", "x", "--json")
+    assert json.loads(r.stdout)["notes"][0].startswith("the expression is a scalar")
 
 
 def test_emitted_products_never_build_kron_or_K():
