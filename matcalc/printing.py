@@ -114,10 +114,16 @@ class TextPrinter:
                 return "-" + s, (NEG if len(fs) == 1 else PROD)
             return s, PROD
         if op == "matmul":
-            a = e.args[0]
+            a, b = e.args
+            if _ones_matrix(b, self) and not _ones_matrix(a, self):  # A@J = (A@1)@1.T
+                s = f"{self.wrap(a, PROD)}@1@1.T"
+                return (s if b.attr == 1.0 else f"{self.wrap(ir.const(b.attr), PROD)}*({s})"), PROD
+            if _ones_matrix(a, self) and not _ones_matrix(b, self):  # J@B = 1@(1.T@B)
+                s = f"1@(1.T@{self.wrap(b, PROD, strict=True)})"
+                return (s if a.attr == 1.0 else f"{self.wrap(ir.const(a.attr), PROD)}*{s}"), PROD
             left = self.wrap(a, PROD, strict=a.op == "mul" and a.args[-1].shape != SCALAR
                              and sum(f.shape != SCALAR for f in a.args) > 1)
-            return f"{left}@{self.wrap(e.args[1], PROD, strict=True)}", PROD
+            return f"{left}@{self.wrap(b, PROD, strict=True)}", PROD
         if op == "div":
             return f"{self.wrap(e.args[0], PROD)}/{self.wrap(e.args[1], PROD, strict=True)}", PROD
         if op == "frob":
@@ -145,6 +151,12 @@ class TextPrinter:
             name, axis = self.dims[d]
             return f"size({name}, {axis})"
         return f"size({d})"
+
+
+def _ones_matrix(e: Expr, printer) -> bool:
+    """An m×n array of one number (m, n > 1) as an operand of @: a bare 1 there would read
+    as a vector of ones (X@1 the row sums), so it prints as a column of ones times a row."""
+    return (e.op == "const" and e.shape[0] != 1 and e.shape[1] != 1 and e not in printer.names)
 
 
 def _ones_first(e: Expr) -> bool:

@@ -97,6 +97,9 @@ def test_printed_text_reparses(case, seed):
     ("sum(W + x)", "x", None),            # b ones summed: the size of W's columns, size(W, 1)
     ("x.T@A@x", "x", None),
     ("tanh(0.1*((A@x + x**2):1)) + 2", "A", None),   # 0.1*(1.T@A): the ones keep their context
+    ("sum(inv(X))", "X", None),              # inv(X).T@1@1.T@inv(X).T: a matrix of ones in a product
+    ("sum(Diag(x)@Diag(x))", "x", None),     # Diag(x)@1@1.T + 1@(1.T@Diag(x))
+    ("3*sum(inv(X)) + sum(A@X@B)", "X", {"A": ("m", "n"), "B": ("n", "p")}),
 ])
 def test_known_forms_reparse(expr, wrt, shapes):
     d = matcalc.derive(expr, wrt=wrt, shapes=shapes)
