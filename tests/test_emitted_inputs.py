@@ -5,6 +5,7 @@ import pytest
 
 import matcalc
 from matcalc.codegen import compile_function
+from support.fd import central_fd_grad
 
 CASES = [
     ("alpha*(exp(W@x+c)-W@x-c+m*m-1):1", "W"),
@@ -62,25 +63,12 @@ def _unit_inputs(shapes, rng):
     return {k: rng.uniform(0.5, 1.5, tuple(size.get(d, d) for d in sh)) for k, sh in shapes.items()}
 
 
-def _fd(lam, inputs, wrt, eps=1e-6):
-    X = inputs[wrt]
-    G = np.zeros_like(X)
-    for idx in np.ndindex(X.shape):
-        vals = []
-        for step in (eps, -eps):
-            Xs = X.copy()
-            Xs[idx] += step
-            vals.append(lam(**{**inputs, wrt: Xs}))
-        G[idx] = (vals[0] - vals[1]) / (2 * eps)
-    return G
-
-
 @pytest.mark.parametrize("expr,wrt,shapes,lam", UNIT, ids=[f"{c[0]} wrt {c[1]}" for c in UNIT])
 def test_declared_size_one_dimensions_in_the_standalone_source(expr, wrt, shapes, lam):
     d = matcalc.derive(expr, wrt=wrt, shapes=shapes)
     f = compile_function(d.numpy_source, d.function.name)
     inputs = _unit_inputs(shapes, np.random.default_rng(4))
-    want = _fd(lam, inputs, wrt)
+    want = central_fd_grad(lam, inputs, wrt)
     got = f(**inputs)
     assert np.shape(got) == inputs[wrt].shape
     np.testing.assert_allclose(got, want, rtol=1e-6)
@@ -101,7 +89,7 @@ def test_value_and_grad_keeps_the_shapes_of_size_one_arguments():
         assert np.isclose(value, lam(**inputs))
         for k in ("W", "r", "X"):
             assert grads[k].shape == inputs[k].shape, k
-            np.testing.assert_allclose(grads[k], _fd(lam, inputs, k), rtol=1e-6, err_msg=k)
+            np.testing.assert_allclose(grads[k], central_fd_grad(lam, inputs, k), rtol=1e-6, err_msg=k)
 
 
 def test_hessian_source_takes_a_declared_column():
