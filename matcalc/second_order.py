@@ -449,7 +449,10 @@ class _LinearMap:
         out = self._gf(**values)
         return np.asarray(out, dtype=float)
 
-    def _apply(self, key, V, values, in_shape, out_shape, what):
+    def _apply(self, key, V, values, in_shape, out_shape, what, like=None):
+        """The product ``key`` of the tangent V at ``values``, in out_shape; the shape of
+        ``like`` (the argument the result is shaped as) when that was given as a row or
+        column of the declared shape rather than as a 1-D vector."""
         import numpy as np
 
         from .function import check_arguments
@@ -461,6 +464,8 @@ class _LinearMap:
         target = self._concrete(out_shape, values)
         if not target:
             return float(np.reshape(out, ()))
+        if len(target) == 1 and np.ndim(like) == 2 and np.size(like) == target[0]:
+            target = np.shape(like)
         return np.reshape(np.asarray(out, dtype=float), target)
 
     # ---- presentation
@@ -545,7 +550,8 @@ class Jacobian(_LinearMap):
 
     def vjp(self, G, /, **values):
         """Jᵀ[G]: the cotangent G (F's shape) pulled back to W's shape; equals ∂(G:F)/∂W."""
-        return self._apply("vjp", G, values, self.out_shape, self.shape, "the cotangent G")
+        return self._apply("vjp", G, values, self.out_shape, self.shape, "the cotangent G",
+                           values.get(self.wrt))
 
     def _product_doc(self):
         return f"dF for F = {_doc(self.F, self._user_names)} along the tangent d{self.wrt} (the shape of {self.wrt})."
@@ -690,7 +696,8 @@ class Hessian(_LinearMap):
 
     def hvp(self, V, /, **values):
         """H[V] (V has the shape of W; for a block (Wi, Wj), of Wj, and H[V] that of Wi)."""
-        return self._apply("product", V, values, self.shape, self.out_shape, "the direction V")
+        return self._apply("product", V, values, self.shape, self.out_shape, "the direction V",
+                           values.get(self.wrt_i))
 
     def _has_vjp(self):
         return False  # the diagonal block is its own transpose; a mixed block's is (Wj, Wi)

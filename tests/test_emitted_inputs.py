@@ -103,3 +103,19 @@ def test_hessian_source_takes_a_declared_column():
     f = compile_function(h.numpy_source, "hessian_W")
     for w in (W, W.reshape(-1)):
         np.testing.assert_allclose(f(X=X, W=w), want, rtol=1e-12)
+
+
+def test_hvp_and_vjp_take_the_shape_their_variable_was_given_in():
+    shapes = {"X": ("a", "b"), "W": ("b", 1)}
+    inputs = _unit_inputs(shapes, np.random.default_rng(8))
+    X, W = inputs["X"], inputs["W"]
+    V = np.random.default_rng(9).standard_normal((4, 1))
+    h = matcalc.hessian("sum(exp(X@W))", wrt="W", shapes=shapes)
+    want = X.T @ (np.exp(X @ W) * (X @ V))  # H[V] = Xᵀ (exp(XW) ∘ XV), (b, 1)
+    np.testing.assert_allclose(h.hvp(V, X=X, W=W), want, rtol=1e-12)  # a column, as W
+    np.testing.assert_allclose(h.hvp(V.ravel(), X=X, W=W.ravel()), want.ravel(), rtol=1e-12)
+    j = matcalc.jacobian("exp(X@W)", wrt="W", shapes=shapes)
+    G = np.arange(1.0, 4.0)
+    want = X.T @ (G[:, None] * np.exp(X @ W))  # Jᵀ[G] = Xᵀ (G ∘ exp(XW)), (b, 1)
+    np.testing.assert_allclose(j.vjp(G, X=X, W=W), want, rtol=1e-12)
+    np.testing.assert_allclose(j.vjp(G, X=X, W=W.ravel()), want.ravel(), rtol=1e-12)
