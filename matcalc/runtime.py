@@ -113,17 +113,35 @@ def _outer_blas(u, v):
 
 def _outer_split(u, v):
     """einsum's product in row blocks on all the process's CPUs (NumPy lets go of the GIL
-    while it multiplies; the page faults of a new large array are shared out too)."""
+    while it multiplies; the page faults of a new large array are shared out too).  The
+    blocks are taken in turn by whichever thread is free, the calling one included, and the
+    call waits only for the threads that took one: a pool thread that a busy CPU keeps from
+    starting costs nothing, the calling thread does its share."""
     pool = _pool()
     out = np.empty((u.shape[0], v.shape[0]))
     if pool is None:
         return _outer_einsum(u, v, out)
     pool, workers = pool
-    cuts = np.linspace(0, u.shape[0], workers + 2).astype(int)
-    jobs = [pool.submit(_outer_einsum, u[i:j], v, out[i:j]) for i, j in zip(cuts[1:-1], cuts[2:])]
-    _outer_einsum(u[:cuts[1]], v, out[:cuts[1]])
-    for job in jobs:
-        job.result()
+    blocks = 4 * (workers + 1)
+    cuts = np.linspace(0, u.shape[0], blocks + 1).astype(int)
+    left = list(range(blocks - 1, -1, -1))  # (list.pop and list.append are atomic)
+    started = []
+
+    def work(me=None):
+        if me is not None:
+            started.append(me)  # before taking a block: the caller then waits for this job
+        while True:
+            try:
+                k = left.pop()
+            except IndexError:
+                return
+            i, j = cuts[k], cuts[k + 1]
+            _outer_einsum(u[i:j], v, out[i:j])
+
+    jobs = [pool.submit(work, w) for w in range(workers)]
+    work()
+    for w in list(started):
+        jobs[w].result()
     return out
 
 

@@ -252,6 +252,34 @@ def test_threaded_outer_product_on_one_cpu_and_with_short_vectors():
     assert np.array_equal(ns["_outer_split"](u, v), np.outer(u, v))
 
 
+def test_threaded_outer_product_does_not_wait_for_a_pool_thread_that_never_started():
+    """A busy CPU keeps the pool thread from starting (here: it is held by another job): the
+    calling thread computes every block and returns; the late thread finds nothing to do."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    ns = _fresh(["_outer"])
+    release = threading.Event()
+    pool = ThreadPoolExecutor(1)
+    ns["_POOL"] = (pool, 1)
+    held = pool.submit(release.wait)  # the only pool thread, busy until released
+    rng = np.random.default_rng(12)
+    u, v = rng.standard_normal(301), rng.standard_normal(7)
+    result = {}
+    caller = threading.Thread(target=lambda: result.update(out=ns["_outer_split"](u, v)))
+    caller.start()
+    caller.join(timeout=30)
+    finished = not caller.is_alive()
+    release.set()  # (lets a waiting caller finish, should it have waited)
+    caller.join()
+    held.result()
+    assert finished, "the call waited for a pool thread that had not started"
+    assert np.array_equal(result["out"], np.outer(u, v))
+    out = result["out"].copy()
+    pool.shutdown(wait=True)  # the late job ran now, and wrote nothing
+    assert np.array_equal(result["out"], out)
+
+
 def _blas_ns():
     ns = _fresh(["_blas_threads"])
     if ns["_thread_setter"]() is None:
