@@ -693,10 +693,47 @@ class _CallUnifier:
         return f"{self.t.text(self.node.children[i])} is {self.t.describe(self.kid[i])}"
 
 
+def _in_use_order(definitions: dict, parse) -> list:
+    """The definitions with every one after the definitions its value uses, whatever order
+    they were given in ({"p": "exp(l)", "l": "W@x"} is l, then p); a cycle is refused."""
+    uses = {}
+    for name, text in definitions.items():
+        try:
+            stack, names = [parse(text)], set()
+        except Exception:  # (typing the definition reports it, with its name)
+            uses[name] = set()
+            continue
+        while stack:
+            n = stack.pop()
+            if n.kind == "name":
+                names.add(n.value)
+            stack.extend(c for c in n.children if isinstance(c, Node))
+        uses[name] = {u for u in names if u in definitions}
+    order, state = [], {}
+
+    def visit(name, path):
+        if state.get(name) == "done":
+            return
+        if state.get(name) == "open":
+            cycle = path[path.index(name):] + [name]
+            if len(cycle) == 2:
+                raise ShapeError(f"{name} is defined in terms of itself ({name} = {definitions[name]})")
+            raise ShapeError(f"the definitions refer to each other in a circle: {' → '.join(cycle)}")
+        state[name] = "open"
+        for u in sorted(uses[name], key=list(definitions).index):
+            visit(u, path + [name])
+        state[name] = "done"
+        order.append(name)
+
+    for name in definitions:
+        visit(name, [])
+    return [(name, definitions[name]) for name in order]
+
+
 def typecheck(ast: Node, source: str, declared: dict | None = None,
               definitions: dict | None = None, syntax: str = "matcalc", symmetric=()) -> Typed:
     """Type ``ast``; ``definitions`` maps names to the text of their values, each may use
-    the ones before it (``{"l": "W@x+c", "p": "exp(l)"}``).  ``syntax="matlab"``: the tree
+    the others, in any order (``{"p": "exp(l)", "l": "W@x+c"}``).  ``syntax="matlab"``: the tree
     and the definitions are in matrixcalculus.org's language."""
     from .parse import parse as _parse
 
@@ -719,7 +756,7 @@ def typecheck(ast: Node, source: str, declared: dict | None = None,
     t._names = (n for n in _letters() if n not in t.user_dim_names)
     t.def_ast, t.def_ir = {}, {}
     parsed = []
-    for name, text in (definitions or {}).items():
+    for name, text in _in_use_order(definitions or {}, parse):
         if not isinstance(name, str) or not _DIM_RE.match(name) or name in IDENTITY_NAMES:
             raise ShapeError(f"cannot define {name!r}: a definition needs a plain name (not I or eye)")
         if name in FUNCTIONS:

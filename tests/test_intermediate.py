@@ -71,3 +71,26 @@ def test_parse_error_in_a_definition_names_it(capsys):
     code = cli.run(["derive", "sum(exp(l))", "--let", "l=W@(x", "--wrt", "W"])
     _, err = capsys.readouterr()
     assert code == 2 and "definition of l" in err and "^" in err.splitlines()[-1]
+
+
+@pytest.mark.parametrize("order", [("l", "p"), ("p", "l")])
+def test_definitions_in_any_order(order):
+    """p = exp(l) given before l = W@x: p still uses the definition of l (not a free vector l)."""
+    defs = {"l": "W@x", "p": "exp(l)"}
+    d = matcalc.derive("sum(p) + sum(l)", "W", definitions={k: defs[k] for k in order})
+    assert set(d.user_shapes) == {"W", "x"}
+    want = np.outer(np.exp(W @ x) + 1, x)  # ∂/∂W Σ(exp(Wx) + Wx)
+    np.testing.assert_allclose(d.function(W=W, x=x), want, rtol=1e-12)
+    vg = matcalc.value_and_grad("sum(p) + sum(l)", ["W"], definitions={k: defs[k] for k in order})
+    value, grads = vg.function(W=W, x=x)
+    assert np.isclose(value, np.sum(np.exp(W @ x) + W @ x))
+    np.testing.assert_allclose(grads["W"], want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("defs,words", [
+    ({"p": "exp(l)", "l": "W@p"}, "circle: p → l → p"),
+    ({"p": "exp(p)"}, "p is defined in terms of itself"),
+])
+def test_circular_definitions_are_refused(defs, words):
+    with pytest.raises(matcalc.ShapeError, match=words):
+        matcalc.derive("sum(p)", "W", definitions=defs)
