@@ -441,14 +441,16 @@ class Emitter:
 
 def function_source(fname: str, outputs: list[Expr], param_names: list[str], syms: dict,
                     doc: str = "", returns=None, optimized: bool = False, declared: dict | None = None,
-                    shaped_like: list | None = None) -> tuple[str, dict]:
+                    shaped_like: list | None = None, positional: str | None = None) -> tuple[str, dict]:
     """Source of ``def fname(*, <params>)`` returning the outputs (a tuple if several).
 
     ``syms`` maps user names to their sym nodes; returns (source, user name -> python name).
     ``optimized``: the outputs already went through ``optimize`` (api runs its passes itself).
     ``declared``: the declared shapes (user name -> () / (n,) / (m, n)); an argument declared
     with a size-1 dimension is then taken in its declared shape or squeezed, and
-    ``shaped_like[i]`` (a user name or None) gives output i that argument's shape as given."""
+    ``shaped_like[i]`` (a user name or None) gives output i that argument's shape as given.
+    ``positional``: a parameter the caller passes by position (a tangent), which the choice
+    of BLAS threads never reads."""
     params = sanitize(param_names)
     dim_source = {}
     for name in param_names:
@@ -489,7 +491,7 @@ def function_source(fname: str, outputs: list[Expr], param_names: list[str], sym
         covered, keys = set(), []
         for name in param_names:
             named = {d for d in np_shape(syms[name].shape) if isinstance(d, str)}
-            if named - covered:
+            if named - covered and name != positional:
                 covered |= named
                 keys.append(params[name])
         if keys:

@@ -280,7 +280,7 @@ class _LinearMap:
         syms = dict(self.symbols)
         syms[tangent_key] = tangent_node
         src, params = function_source(fname, [node], self._params + [tangent_key], syms, doc,
-                                      declared=self.user_shapes)
+                                      declared=self.user_shapes, positional=tangent_key)
         return self._positional(src, fname, params[tangent_key]), params
 
     def _result_shape(self, fname):

@@ -470,3 +470,17 @@ def test_hessian_of_every_gradient_case_is_the_derivative_of_its_reference_gradi
     fd = fd_jacobian(lambda a: np_eval(case["reference"], a), inputs, case["wrt"])
     assert rel_err(H, fd) < 1e-5, (h.text, h.kron)
     assert np.max(np.abs(H - H.T), initial=0.0) <= 1e-9 * max(np.max(np.abs(H), initial=0.0), 1e-300)
+
+
+def test_jacobian_of_a_vec_output():
+    """vec(A@X) = (I ⊗ A) vec(X): the dense matrix, and vjp(G) = Aᵀ unvec(G), whose cotangent
+    G has the product size a·c (it once reached the BLAS-thread choice as a keyword)."""
+    rng = np.random.default_rng(21)
+    A, X = rng.standard_normal((3, 4)), rng.standard_normal((4, 5))
+    G = rng.standard_normal(15)
+    j = matcalc.jacobian("vec(A@X)", "X")
+    assert rel_err(j.matrix(A=A, X=X), np.kron(np.eye(5), A)) < 1e-12
+    assert rel_err(j.vjp(G, A=A, X=X), A.T @ G.reshape(3, 5, order="F")) < 1e-12
+    assert j.check().ok
+    r = _cli("jacobian", "vec(X@B)", "--wrt", "X", "--check")
+    assert r.returncode == 0, r.stderr
