@@ -119,9 +119,9 @@ def _protect_leading_minus(argv):
     option: argparse would take it for an unknown flag.  Such a token (the first one after the
     command that is not an option's value) is marked with a leading space, removed after parsing."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] != "derive":
+    if not argv or argv[0] not in ("derive", "hessian", "jacobian"):
         return argv, None
-    takes_value = {"--wrt", "--shape", "--let", "--layout", "--syntax", "--sym", "--form", "--at"}
+    takes_value = {"--wrt", "--shape", "--let", "--layout", "--syntax", "--sym", "--form", "--at", "--backend"}
     i = 1
     while i < len(argv):
         tok = argv[i]

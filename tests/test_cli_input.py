@@ -18,6 +18,7 @@ def run(capsys, *argv):
     ["derive", "-t.T@log(softmax(z))", "--wrt", "z", "--json"],
     ["derive", "--wrt", "z", "--json", "-t.T@log(softmax(z))"],
     ["derive", "--wrt", "z", "--json", "--", "-t.T@log(softmax(z))"],
+    ["derive", "--backend", "numpy", "--wrt", "z", "--json", "-t.T@log(softmax(z))"],
 ])
 def test_expression_starting_with_minus(capsys, argv):
     code, out, err = run(capsys, *argv)
@@ -52,3 +53,24 @@ def test_unknown_option_is_still_refused(capsys):
     with pytest.raises(SystemExit) as e:
         cli.run(["derive", "x:x", "--wrt", "x", "--nonsense"])
     assert e.value.code == 2
+
+
+@pytest.mark.parametrize("command", ["hessian", "jacobian"])
+def test_second_order_expression_starting_with_minus(capsys, command):
+    """-t.T@log(softmax(z)): H = sum(t)(Diag(s) - s sᵀ); -softmax(z): J = -(Diag(s) - s sᵀ)."""
+    import json
+
+    expr = "-t.T@log(softmax(z))" if command == "hessian" else "-softmax(z)"
+    code, out, err = run(capsys, command, "--wrt", "z", "--json", expr)
+    assert code == 0, err
+    assert json.loads(out)["expr"] == expr
+    import matcalc
+
+    rng = np.random.default_rng(2)
+    t, z = rng.uniform(0.1, 1, 4), rng.standard_normal(4)
+    s = np.exp(z) / np.exp(z).sum()
+    J = np.diag(s) - np.outer(s, s)
+    if command == "hessian":
+        np.testing.assert_allclose(matcalc.hessian(expr, "z").matrix(t=t, z=z), t.sum() * J, rtol=1e-12)
+    else:
+        np.testing.assert_allclose(matcalc.jacobian(expr, "z").matrix(z=z), -J, rtol=1e-12)
