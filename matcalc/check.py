@@ -251,13 +251,28 @@ def _symmetric_fd(f, G, inputs, wrt, base, rng, h, max_entries, directions):
     return err / scale, len(fd), ""
 
 
+def over_size_choices(dims: list, fixed, run) -> CheckReport:
+    """run(sizes) -> a CheckReport: with the usual sizes, and if the values were not finite
+    there, again with the sizes handed out the other way round (X drawn 3×4 makes XᵀX
+    singular, 4×3 does not); the first report that is not a failure to be finite."""
+    first = run(choose_sizes(dims, fixed))
+    if first.ok or np.isfinite(first.max_rel_error):
+        return first
+    other = choose_sizes(dims[::-1], fixed)
+    if other == first.sizes:
+        return first
+    second = run(other)
+    return second if np.isfinite(second.max_rel_error) else first
+
+
 def gradient_check(value_function, gradient, wrt: str, user_shapes: dict, symbols: dict, lam,
                    symmetric=(), seed: int = 0, tol: float = 1e-5, draws: int = 2, domain: dict | None = None,
                    sizes: dict | None = None) -> CheckReport:
     """The check policy: ``gradient`` (a function of every symbol) against central finite
     differences of ``value_function`` on random inputs, each symbol drawn from the domain λ
     (``lam``, the IR as written) needs; draws where λ is not finite are retried (domains
-    widened after two), draws where everything is zero (every relu off) drawn again."""
+    widened after two), draws where everything is zero (every relu off) drawn again; sizes
+    as ``over_size_choices`` picks them."""
     domain = check_domains(domain, symbols)
 
     dims = []
@@ -266,7 +281,12 @@ def gradient_check(value_function, gradient, wrt: str, user_shapes: dict, symbol
             for f in ir.dim_factors(d) if isinstance(d, str) else ():
                 if isinstance(f, str) and f not in dims:
                     dims.append(f)
-    sizes = choose_sizes(dims, sizes)
+    return over_size_choices(dims, sizes, lambda s: _gradient_check_at(
+        s, value_function, gradient, wrt, user_shapes, symbols, lam, symmetric, seed, tol, draws, domain))
+
+
+def _gradient_check_at(sizes, value_function, gradient, wrt, user_shapes, symbols, lam, symmetric,
+                       seed, tol, draws, domain) -> CheckReport:
     domains = infer_domains(lam, symbols)
     for name in symmetric:  # a symmetric matrix is drawn symmetric (SPD where it must be)
         domains[name] = "spd" if domains.get(name) in ("invertible", "invertible_signed", "positive") \

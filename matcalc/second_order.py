@@ -770,14 +770,19 @@ class Hessian(_LinearMap):
 # ------------------------------------------------------------------ the check
 
 def _check(m: _LinearMap, seed, tol, draws, domain, sizes):
-    import numpy as np
-
-    from .check import CheckReport, choose_sizes, infer_domains, random_inputs
+    from .check import over_size_choices
 
     dims = []
     for shape in m.user_shapes.values():
         dims += [d for d in shape if isinstance(d, str) and d not in dims]
-    sizes = choose_sizes(dims, sizes)
+    return over_size_choices(dims, sizes, lambda s: _check_at(m, seed, tol, draws, domain, s))
+
+
+def _check_at(m: _LinearMap, seed, tol, draws, domain, sizes):
+    import numpy as np
+
+    from .check import CheckReport, infer_domains, random_inputs
+
     root = m.F if isinstance(m, Jacobian) else m.lam
     domains = infer_domains(root, m.symbols)
     domains.update(domain or {})
@@ -805,7 +810,10 @@ def _check(m: _LinearMap, seed, tol, draws, domain, sizes):
                         domains[name] = "spd" if len(s) == 2 and s[0] == s[1] else "positive"
             continue
         with np.errstate(all="ignore"):
-            err, n, msg = _compare(m, f, inputs, wrt, rng)
+            try:
+                err, n, msg = _compare(m, f, inputs, wrt, rng)
+            except np.linalg.LinAlgError:  # a singular matrix at this draw: not a finite value
+                err, n, msg = float("inf"), 0, "non-finite values (a singular matrix)"
         worst, total, used = max(worst, err), total + n, used + 1
         note = note or msg
     if used == 0:

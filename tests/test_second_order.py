@@ -484,3 +484,19 @@ def test_jacobian_of_a_vec_output():
     assert j.check().ok
     r = _cli("jacobian", "vec(X@B)", "--wrt", "X", "--check")
     assert r.returncode == 0, r.stderr
+
+
+def test_check_draws_a_tall_matrix_where_a_wide_one_makes_XtX_singular():
+    """log det(XᵀX): X drawn 3×4 first (XᵀX singular: not finite), then 4×3; the gradient
+    2X(XᵀX)⁻¹ and its Hessian are checked there, never a crash (the CLI exits 0)."""
+    for result in (matcalc.derive("log(det(X.T@X))", "X"), matcalc.hessian("log(det(X.T@X))", "X"),
+                   matcalc.derive("log(det(X'*X))", "X", syntax="matlab")):
+        report = result.check()
+        assert report.ok, str(report)
+        assert report.sizes["a"] > report.sizes["b"]  # X is a×b, tall
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((5, 3))
+    np.testing.assert_allclose(matcalc.derive("log(det(X.T@X))", "X").function(X=X),
+                               2 * X @ np.linalg.inv(X.T @ X), rtol=1e-10)
+    r = _cli("hessian", "log(det(X.T@X))", "--wrt", "X", "--check")
+    assert r.returncode == 0, r.stderr
