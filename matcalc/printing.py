@@ -206,6 +206,10 @@ _UNICODE_GREEK = dict(zip("αβγδεζηθικλμνξπρστυφχψωΓΔΘ�
                            "Sigma", "Upsilon", "Phi", "Psi", "Omega"]))
 
 
+class RawTex(str):
+    """A name already written in LaTeX: printed as it is."""
+
+
 def tex_name(name: str) -> str:
     name = "".join(_UNICODE_GREEK.get(ch, ch) for ch in name)
     m = re.match(r"^([A-Za-z]+?)_?(\d+|_[A-Za-z0-9_]+)?$", name)
@@ -239,6 +243,8 @@ class LatexPrinter(TextPrinter):
             name = self.names[e]
             if isinstance(name, DiffName):
                 return "\\mathrm{d}" + tex_name(name.base), ATOM
+            if isinstance(name, RawTex):
+                return str(name), ATOM
             return tex_name(name), ATOM
         op = e.op
         if op == "sym":

@@ -172,8 +172,15 @@ class _LinearMap:
         return self._factored if self._factored is not None else self.linear
 
     @cached_property
+    def _dims(self) -> dict:
+        """dimension -> (symbol, axis): a size prints as size(X, 0), which reads back."""
+        from .printing import dim_sources
+
+        return dim_sources(self.symbols)
+
+    @cached_property
     def text(self) -> str:
-        return to_text(self._shown, self._user_names)
+        return to_text(self._shown, self._user_names, self._dims)
 
     @cached_property
     def latex(self) -> str:
@@ -221,8 +228,8 @@ class _LinearMap:
         from .vecform import vec_form
 
         vf = vec_form(self.linear, self.dW, self.out_node.shape)
-        if vf is not None and self._user_names:
-            vf.names = dict(self._user_names)
+        if vf is not None:
+            vf.names, vf.dims = dict(self._user_names or {}), self._dims
         return vf
 
     @property
@@ -479,8 +486,8 @@ class _LinearMap:
                "matrix_shape": list(self.matrix_shape), "kron": self.kron, "kron_latex": self.kron_latex,
                "shape_reason": self.shape_reason,
                "numpy_source": self.numpy_source,
-               "steps": [{"before": to_text(s.before, self._step_names),
-                          "after": to_text(s.after, self._step_names), "identity": s.identity}
+               "steps": [{"before": to_text(s.before, self._step_names, self._dims),
+                          "after": to_text(s.after, self._step_names, self._dims), "identity": s.identity}
                          for s in self.steps]}
         if check is not None:
             out["check"] = check.to_dict()
@@ -589,10 +596,10 @@ class Jacobian(_LinearMap):
                 f"\\quad \\text{{matrix }} {_size_tex(self._out_user_shape)} \\times {_size_tex(self.shape)}")
 
     def derivation_lines(self) -> list[str]:
-        lines = [f"F = {to_text(self.F, self._user_names)}    ({_describe(self.out_node.shape)})"]
+        lines = [f"F = {to_text(self.F, self._user_names, self._dims)}    ({_describe(self.out_node.shape)})"]
         for i, st in enumerate(self.steps):
             prefix = "dF = " if i == 0 else "   = "
-            lines.append(f"{prefix}{to_text(st.after, self._step_names)}    [{st.identity}]")
+            lines.append(f"{prefix}{to_text(st.after, self._step_names, self._dims)}    [{st.identity}]")
         if not self.steps:
             lines.append(f"dF = 0    [F does not change with {self.wrt}]")
         if self.kron is not None:
@@ -740,10 +747,10 @@ class Hessian(_LinearMap):
                 f"{_size_tex(self.out_shape)} \\times {_size_tex(self.shape)}")
 
     def derivation_lines(self) -> list[str]:
-        lines = [f"λ = {to_text(self.lam, self._user_names)}"]
+        lines = [f"λ = {to_text(self.lam, self._user_names, self._dims)}"]
         for i, st in enumerate(self.steps):
             prefix = "dλ = " if i == 0 else ("d²λ = " if i == 1 else "    = ")
-            lines.append(f"{prefix}{to_text(st.after, self._step_names)}    [{st.identity}]")
+            lines.append(f"{prefix}{to_text(st.after, self._step_names, self._dims)}    [{st.identity}]")
         lines.append(f"H[d{self.wrt}] = {self.text}")
         if self.kron is not None:
             what = f"∂²λ/∂vec({self.wrt})²" if self.diagonal else f"∂²λ/∂vec({self.wrt_i})∂vec({self.wrt_j})"

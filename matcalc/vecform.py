@@ -244,17 +244,24 @@ class VecForm:
 
     # ---- printing
     names: dict = {}  # node -> name (definitions), used in the printed pieces
+    dims: dict = {}   # dimension -> (symbol, axis): a size prints as size(X, 0)
 
-    def _names(self, e: Expr) -> dict:
+    def _names(self, e: Expr, latex: bool = False) -> dict:
+        """Identities as I_n, and arrays of one number with their sizes (a bare 1 or 2 in a
+        Kronecker factor would read as a scalar): 1_a (a ones), 1_b.T, 2*1_a@1_b.T."""
         out = {n: "I_" + _dims_label(n.shape[0]) for n in ir.walk(e) if n.op == "eye"}
+        for n in ir.walk(e):
+            if n.op == "const" and n.shape != SCALAR and n not in self.names:
+                out[n] = _ones_text(n, latex)
         return {**self.names, **out}
 
     def _ir_text(self, e: Expr, latex: bool) -> tuple:
         from .printing import to_latex, to_text
 
-        names = self._names(e)
+        names = self._names(e, latex)
         e = _display_order(e, names)
-        s = (to_latex if latex else to_text)(e, {**names, **self._names(e)})
+        s = to_latex(e, {**names, **self._names(e, latex)}) if latex else \
+            to_text(e, {**names, **self._names(e, latex)}, self.dims)
         return s, e.op == "add"
 
     def _factor(self, f, latex: bool, alone: bool) -> str:
@@ -270,7 +277,7 @@ class VecForm:
             if latex:
                 b, a = (par(b) if b_sum else b), (par(a) if a_sum else a)
                 return f"\\left({b} \\otimes {a}\\right)" if not alone else f"{b} \\otimes {a}"
-            return f"kron({b}, {a})"
+            return f"kron({_unwrap(b)}, {_unwrap(a)})"
         if isinstance(f, Comm):
             n = _dims_label(f.p) + _dims_label(f.q)
             return f"K_{{{n}}}" if latex else f"K_{n}"
@@ -287,12 +294,12 @@ class VecForm:
                     return (par(s) if is_sum or f.C.op != "sym" else s) + "^{\\top}"
                 return par(s) if is_sum and not alone else s
             s = self._ir_text(f.C, latex)[0]
-            return f"\\operatorname{{vec}}\\left({s}\\right)^{{\\top}}" if latex else f"vec({s}).T"
+            return f"\\operatorname{{vec}}\\left({s}\\right)^{{\\top}}" if latex else f"vec({_unwrap(s)}).T"
         if isinstance(f, ColV):
             s, is_sum = self._ir_text(f.c, latex)
             if f.c.shape[1] == 1:
                 return par(s) if is_sum and not alone else s
-            return f"\\operatorname{{vec}}\\left({s}\\right)" if latex else f"vec({s})"
+            return f"\\operatorname{{vec}}\\left({s}\\right)" if latex else f"vec({_unwrap(s)})"
         raise TypeError(f)
 
     def _render(self, latex: bool) -> str:
@@ -302,6 +309,8 @@ class VecForm:
         for i, (c, ch) in enumerate(self.terms):
             alone = len(ch) == 1 and _is_one(c)
             fs = [self._factor(f, latex, alone) for f in ch]
+            if not latex:  # a@b*c reads (a@b)*c: a product after the first factor is a group
+                fs = fs[:1] + [f"({f})" if _top_level_product(f) else f for f in fs[1:]]
             body = (" " if latex else "@").join(fs)
             negative, pos = _neg_split(c)
             if negative and _is_one(pos):
@@ -309,7 +318,8 @@ class VecForm:
             elif _is_one(c):
                 s = body
             else:
-                cs = (to_latex if latex else to_text)(pos if negative else c, self._names(c))
+                cs = to_latex(pos if negative else c, self._names(c, latex)) if latex else \
+                    to_text(pos if negative else c, self._names(c, latex), self.dims)
                 if pos.op == "add" or (not negative and c.op == "add"):
                     cs = f"\\left({cs}\\right)" if latex else f"({cs})"
                 s = f"{cs} {body}" if latex else f"{cs}*{body}"
@@ -529,6 +539,60 @@ def _display_order(e: Expr, keep=()) -> Expr:
             args = tuple(sorted(args, key=lambda t: t.op == "T"))
         memo[n] = n if args == n.args else Expr(n.op, args, n.attr, n.shape)
     return memo[e]
+
+
+def _ones_text(n: Expr, latex: bool) -> str:
+    """An array of one number c in a vec form: c times a column, row or matrix of ones, with
+    its sizes (the ones as 1_a; ``2*1_a@1_b.T`` for an a×b matrix of twos)."""
+    r, c = n.shape
+    one = (lambda d: f"\\mathbf{{1}}_{{{_dims_label(d)}}}") if latex else (lambda d: "1_" + _dims_label(d))
+    tr = "^{\\top}" if latex else ".T"
+    if c == 1:
+        body = one(r)
+    elif r == 1:
+        body = one(c) + tr
+    else:
+        body = one(r) + ("" if latex else "@") + one(c) + tr
+    from .printing import RawTex, fmt_number
+
+    if latex:
+        return RawTex(body if n.attr == 1.0 else f"{fmt_number(n.attr)} {body}")
+    if n.attr == 1.0:
+        return body if c == 1 else f"({body})"
+    return f"({fmt_number(n.attr)}*{body})"
+
+
+def _unwrap(s: str) -> str:
+    """s without one pair of parentheses around all of it (the argument of kron or vec)."""
+    if not (s.startswith("(") and s.endswith(")")):
+        return s
+    depth = 0
+    for i, ch in enumerate(s):
+        depth += ch == "("
+        depth -= ch == ")"
+        if depth == 0 and i < len(s) - 1:
+            return s  # (a)@(b): the first pair closes early
+    return s[1:-1]
+
+
+def _top_level_product(s: str) -> bool:
+    """Whether text has a * or / outside parentheses (a ** power does not count)."""
+    depth, i = 0, 0
+    while i < len(s):
+        ch = s[i]
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        elif depth == 0 and ch == "/":
+            return True
+        elif depth == 0 and ch == "*":
+            if s[i + 1:i + 2] == "*":
+                i += 2
+                continue
+            return True
+        i += 1
+    return False
 
 
 def _dims_label(*ds) -> str:

@@ -500,3 +500,25 @@ def test_check_draws_a_tall_matrix_where_a_wide_one_makes_XtX_singular():
                                2 * X @ np.linalg.inv(X.T @ X), rtol=1e-10)
     r = _cli("hessian", "log(det(X.T@X))", "--wrt", "X", "--check")
     assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("expr,wrt,want", [
+    # ‖Xᵀ1‖²: H = I_b ⊗ 2·11ᵀ (a matrix of twos printed as such, not as the number 2)
+    ("sum(X@X.T)", "X", "kron(I_b, 2*1_a@1_a.T)"),
+    ("sum(x)**2", "x", "(2*1_a@1_a.T)"),
+    # Σ x_i² exp(α x_i) = xᵀ(exp(αx)∘x): the Hadamard product after @ in parentheses
+    ("sum(exp(alpha*x))", "alpha", "x.T@(exp(alpha*x)*x)"),
+    ("mean(X**2)", "X", "2/(size(X, 0)*size(X, 1))*I_ab"),
+])
+def test_vec_form_texts(expr, wrt, want):
+    assert matcalc.hessian(expr, wrt).kron == want
+
+
+def test_second_order_text_sizes_read_back():
+    """mean(X**2): H[dX] = 2 dX/(ab), its sizes written size(X, 0), as derive writes them."""
+    h = matcalc.hessian("mean(X**2)", "X")
+    assert "size(X, 0)" in h.text and "size(a)" not in h.text
+    rng = np.random.default_rng(5)
+    X, V = rng.standard_normal((3, 4)), rng.standard_normal((3, 4))
+    d = matcalc.derive(f"({h.text}):Z", "Z", shapes={"X": ("a", "b"), "dX": ("a", "b"), "Z": ("a", "b")})
+    np.testing.assert_allclose(d.function(X=X, dX=V, Z=V), 2 * V / 12, rtol=1e-12)
