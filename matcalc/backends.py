@@ -262,8 +262,7 @@ def function_source(backend: str, fname: str, outputs: list, param_names: list, 
     if doc:
         safe = not any(ch in doc for ch in "\\\"'\n")
         head.append('    """' + doc + '"""' if safe else "    " + repr(doc))
-    unit = {n for n in param_names if declared and 1 in declared.get(n, ())}  # a size-1 dimension
-    given = [n for n in dict.fromkeys(shaped_like or ()) if n in unit]
+    unit, given = codegen.unit_params(param_names, declared, shaped_like)
     lib = "torch" if backend == "torch" else "jnp"
     head.extend(f"    _shape_{params[n]} = {lib}.as_tensor({params[n]}).shape" if backend == "torch"
                 else f"    _shape_{params[n]} = jnp.shape({params[n]})" for n in given)

@@ -467,8 +467,7 @@ def function_source(fname: str, outputs: list[Expr], param_names: list[str], sym
         safe = not any(ch in doc for ch in "\\\"'\n")
         head.append('    """' + doc + '"""' if safe else "    " + repr(doc))
     body = ["    " + line for line in em.lines]
-    unit = {n for n in param_names if declared and 1 in declared.get(n, ())}  # a size-1 dimension
-    given = [n for n in dict.fromkeys(shaped_like or ()) if n in unit]
+    unit, given = unit_params(param_names, declared, shaped_like)
     if given:  # each such gradient takes its argument's shape as given
         results = [f"np.reshape({r}, _shape_{params[n]})" if n in given else r
                    for r, n in zip(results, shaped_like)]
@@ -508,6 +507,13 @@ def num(v: float) -> str:
     if v in (float("inf"), float("-inf")):
         return "np.inf" if v > 0 else "(-np.inf)"
     return repr(v)
+
+
+def unit_params(param_names, declared: dict | None, shaped_like) -> tuple:
+    """(the parameters declared with a size-1 dimension, those of them whose shape as given
+    an output takes): see ``function_source``."""
+    unit = {n for n in param_names if declared and 1 in declared.get(n, ())}
+    return unit, [n for n in dict.fromkeys(shaped_like or ()) if n in unit]
 
 
 def entry_conversions(param_names, params: dict, syms: dict, unit=()) -> list[str]:
