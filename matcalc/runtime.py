@@ -292,7 +292,7 @@ def _pick_first(key, forms, args, kw):
             if rounds:  # round 0 is the warm-up
                 times[k].append(t)
         rounds += 1
-    typical = [sorted(t)[(len(t) - 1) // 2] for t in times]  # the median (the lower one)
+    typical = [_median(t) for t in times]
     i = min(range(len(forms)), key=typical.__getitem__)
     if not typical[i] < 0.9 * typical[0]:
         i = 0
@@ -311,7 +311,7 @@ def _probe(key, forms, due, args, kw):
     cost a hundred calls of a small product)."""
     from time import perf_counter
 
-    typical = [sorted(r)[(len(r) - 1) // 2] for r in due[2]]
+    typical = [_median(r) for r in due[2]]
     now = forms.index(due[4])
     queue = due[3]
     if not queue:  # a check begins
@@ -329,7 +329,7 @@ def _probe(key, forms, due, args, kw):
     if queue:
         due[0] = 1
         return out
-    typical[j] = sorted(recent)[(len(recent) - 1) // 2]
+    typical[j] = _median(recent)
     i = min(range(len(forms)), key=typical.__getitem__)
     if typical[i] < 0.9 * typical[now]:
         _PICKED[key] = due[4] = forms[i]
@@ -338,6 +338,11 @@ def _probe(key, forms, due, args, kw):
         due[1] = min(2 * due[1], 256 * _EVERY)
     due[0], due[3] = due[1], None
     return out
+
+
+def _median(times):
+    """The median of a few times (the lower one of an even count)."""
+    return sorted(times)[(len(times) - 1) // 2]
 
 
 _PICKED = {}
