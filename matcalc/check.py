@@ -251,10 +251,17 @@ def _symmetric_fd(f, G, inputs, wrt, base, rng, h, max_entries, directions):
     return err / scale, len(fd), ""
 
 
-def over_size_choices(dims: list, fixed, run) -> CheckReport:
-    """run(sizes) -> a CheckReport: with the usual sizes, and if the values were not finite
-    there, again with the sizes handed out the other way round (X drawn 3×4 makes XᵀX
-    singular, 4×3 does not); the first report that is not a failure to be finite."""
+def over_size_choices(user_shapes: dict, fixed, run) -> CheckReport:
+    """run(sizes) -> a CheckReport, for sizes of the dimension names in ``user_shapes`` (a
+    product n*m sized by its factors): with the usual sizes, and if the values were not
+    finite there, again with the sizes handed out the other way round (X drawn 3×4 makes
+    XᵀX singular, 4×3 does not); the first report that is not a failure to be finite."""
+    dims = []
+    for shape in user_shapes.values():
+        for d in shape:
+            for f in ir.dim_factors(d) if isinstance(d, str) else ():
+                if isinstance(f, str) and f not in dims:
+                    dims.append(f)
     first = run(choose_sizes(dims, fixed))
     if first.ok or np.isfinite(first.max_rel_error):
         return first
@@ -274,14 +281,7 @@ def gradient_check(value_function, gradient, wrt: str, user_shapes: dict, symbol
     widened after two), draws where everything is zero (every relu off) drawn again; sizes
     as ``over_size_choices`` picks them."""
     domain = check_domains(domain, symbols)
-
-    dims = []
-    for shape in user_shapes.values():
-        for d in shape:
-            for f in ir.dim_factors(d) if isinstance(d, str) else ():
-                if isinstance(f, str) and f not in dims:
-                    dims.append(f)
-    return over_size_choices(dims, sizes, lambda s: _gradient_check_at(
+    return over_size_choices(user_shapes, sizes, lambda s: _gradient_check_at(
         s, value_function, gradient, wrt, user_shapes, symbols, lam, symmetric, seed, tol, draws, domain))
 
 

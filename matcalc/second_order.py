@@ -779,10 +779,7 @@ class Hessian(_LinearMap):
 def _check(m: _LinearMap, seed, tol, draws, domain, sizes):
     from .check import over_size_choices
 
-    dims = []
-    for shape in m.user_shapes.values():
-        dims += [d for d in shape if isinstance(d, str) and d not in dims]
-    return over_size_choices(dims, sizes, lambda s: _check_at(m, seed, tol, draws, domain, s))
+    return over_size_choices(m.user_shapes, sizes, lambda s: _check_at(m, seed, tol, draws, domain, s))
 
 
 def _check_at(m: _LinearMap, seed, tol, draws, domain, sizes):
