@@ -255,14 +255,15 @@ class VecForm:
                 out[n] = _ones_text(n, latex)
         return {**self.names, **out}
 
-    def _ir_text(self, e: Expr, latex: bool) -> tuple:
+    def _print(self, e: Expr, names: dict, latex: bool) -> str:
         from .printing import to_latex, to_text
 
+        return to_latex(e, names) if latex else to_text(e, names, self.dims)
+
+    def _ir_text(self, e: Expr, latex: bool) -> tuple:
         names = self._names(e, latex)
         e = _display_order(e, names)
-        s = to_latex(e, {**names, **self._names(e, latex)}) if latex else \
-            to_text(e, {**names, **self._names(e, latex)}, self.dims)
-        return s, e.op == "add"
+        return self._print(e, {**names, **self._names(e, latex)}, latex), e.op == "add"
 
     def _factor(self, f, latex: bool, alone: bool) -> str:
         par = (lambda s: f"\\left({s}\\right)") if latex else (lambda s: f"({s})")
@@ -303,8 +304,6 @@ class VecForm:
         raise TypeError(f)
 
     def _render(self, latex: bool) -> str:
-        from .printing import to_latex, to_text
-
         parts = []
         for i, (c, ch) in enumerate(self.terms):
             alone = len(ch) == 1 and _is_one(c)
@@ -318,8 +317,7 @@ class VecForm:
             elif _is_one(c):
                 s = body
             else:
-                cs = to_latex(pos if negative else c, self._names(c, latex)) if latex else \
-                    to_text(pos if negative else c, self._names(c, latex), self.dims)
+                cs = self._print(pos if negative else c, self._names(c, latex), latex)
                 if pos.op == "add" or (not negative and c.op == "add"):
                     cs = f"\\left({cs}\\right)" if latex else f"({cs})"
                 s = f"{cs} {body}" if latex else f"{cs}*{body}"
