@@ -45,11 +45,12 @@ def blas_core() -> str:
     """The CPU kernels OpenBLAS chose (its core name; OPENBLAS_CORETYPE overrides the choice),
     read from NumPy's bundled OpenBLAS; '' if not found."""
     import ctypes
-    import glob
 
-    here = os.path.dirname(np.__file__)
-    for path in sorted(glob.glob(os.path.join(here + ".libs", "*openblas*"))
-                       + glob.glob(os.path.join(here, ".dylibs", "*openblas*"))):
+    try:
+        from matcalc.runtime import _openblas_libraries
+    except ImportError:  # (matcalc not importable: the benchmark says so elsewhere)
+        return ""
+    for path in _openblas_libraries():
         for name in ("openblas_get_corename", "scipy_openblas_get_corename64_",
                      "scipy_openblas_get_corename_"):
             try:

@@ -218,12 +218,8 @@ def _thread_setter():
         _THREADS = False
         try:
             import ctypes
-            import glob
-            import os
 
-            here = os.path.dirname(np.__file__)
-            for path in sorted(glob.glob(os.path.join(here + ".libs", "*openblas*"))
-                               + glob.glob(os.path.join(here, ".dylibs", "*openblas*"))):
+            for path in _openblas_libraries():
                 try:
                     fn = ctypes.CDLL(path).openblas_set_num_threads_local
                 except (OSError, AttributeError):
@@ -234,6 +230,16 @@ def _thread_setter():
         except Exception:
             pass
     return _THREADS or None
+
+
+def _openblas_libraries():
+    """The paths of the OpenBLAS libraries NumPy's wheel bundles (none for another BLAS)."""
+    import glob
+    import os
+
+    here = os.path.dirname(np.__file__)
+    return sorted(glob.glob(os.path.join(here + ".libs", "*openblas*"))
+                  + glob.glob(os.path.join(here, ".dylibs", "*openblas*")))
 
 
 _THREADS = None
