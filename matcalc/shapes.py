@@ -694,15 +694,17 @@ class _CallUnifier:
 
 
 def _in_use_order(definitions: dict, parse) -> list:
-    """The definitions with every one after the definitions its value uses, whatever order
-    they were given in ({"p": "exp(l)", "l": "W@x"} is l, then p); a cycle is refused."""
-    uses = {}
+    """[(name, text, its parse tree or None where it does not parse)], every definition after
+    the definitions its value uses, whatever order they were given in ({"p": "exp(l)",
+    "l": "W@x"} is l, then p); a cycle is refused."""
+    uses, trees = {}, {}
     for name, text in definitions.items():
         try:
-            stack, names = [parse(text)], set()
+            trees[name] = parse(text)
         except Exception:  # (typing the definition reports it, with its name)
-            uses[name] = set()
+            trees[name], uses[name] = None, set()
             continue
+        stack, names = [trees[name]], set()
         while stack:
             n = stack.pop()
             if n.kind == "name":
@@ -727,7 +729,7 @@ def _in_use_order(definitions: dict, parse) -> list:
 
     for name in definitions:
         visit(name, [])
-    return [(name, definitions[name]) for name in order]
+    return [(name, definitions[name], trees[name]) for name in order]
 
 
 def typecheck(ast: Node, source: str, declared: dict | None = None,
@@ -756,7 +758,7 @@ def typecheck(ast: Node, source: str, declared: dict | None = None,
     t._names = (n for n in _letters() if n not in t.user_dim_names)
     t.def_ast, t.def_ir = {}, {}
     parsed = []
-    for name, text in _in_use_order(definitions or {}, parse):
+    for name, text, tree in _in_use_order(definitions or {}, parse):
         if not isinstance(name, str) or not _DIM_RE.match(name) or name in IDENTITY_NAMES:
             raise ShapeError(f"cannot define {name!r}: a definition needs a plain name (not I or eye)")
         if name in FUNCTIONS:
@@ -768,7 +770,7 @@ def typecheck(ast: Node, source: str, declared: dict | None = None,
         try:
             if not isinstance(text, str):
                 raise ParseError(f"expected its value as a string, got {type(text).__name__}")
-            d_ast = parse(text)
+            d_ast = tree if tree is not None else parse(text)  # (parse again: its error, named)
             t.source = text
             t.type(d_ast)  # its own text, for carets in its errors
         except MatcalcError as e:  # say which definition the error is in
