@@ -106,9 +106,10 @@ def square_to(result):
     return rule
 
 
-def norm_axis(u, axis: int) -> int:
+def norm_axis(u, axis: int, meaning: str = "0 (down the columns), 1 (along the rows)") -> int:
+    """0 or 1 for NumPy's axis 0, 1, -2 or -1 of a matrix; other axes are refused."""
     if axis not in (0, 1, -1, -2):
-        u.fail(f"{u.name} takes axis 0 (down the columns), 1 (along the rows) or -1/-2, not {axis}")
+        u.fail(f"{u.name} takes axis {meaning} or -1/-2, not {axis}")
     return axis % 2
 
 
@@ -774,8 +775,8 @@ register(Op("matrix_power", _matrix_power_rule, params=("power",), jvp=_jvp_matr
             torch=_fw_matrix_power, jax=_fw_matrix_power))
 def size_rule(u, s, attr):
     """size(X): its number of entries; size(X, axis): the length of one axis, as NumPy's."""
-    if attr is not None and attr not in (0, 1, -1, -2):
-        u.fail(f"size takes axis 0 (the number of rows), 1 (of columns) or -1/-2, not {attr}")
+    if attr is not None:
+        norm_axis(u, attr, "0 (the number of rows), 1 (of columns)")
     return SCALAR
 
 
