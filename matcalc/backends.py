@@ -257,7 +257,10 @@ def function_source(backend: str, fname: str, outputs: list, param_names: list, 
             if isinstance(d, str):
                 dim_source.setdefault(d, (params[name], axis))
     em = FrameworkEmitter(backend, params, dim_source, ref)
-    results = em.emit(optimize(list(outputs)))
+    outputs = optimize(list(outputs))
+    results = em.emit(outputs)
+    if backend == "torch":  # (jax arrays are immutable)
+        results = [f"{r}.clone()" if copy else r for r, copy in zip(results, codegen.shared(outputs, em.code))]
     head = [f"def {fname}(*, {', '.join(params[p] for p in param_names)}):"]
     if doc:
         safe = not any(ch in doc for ch in "\\\"'\n")

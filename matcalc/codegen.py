@@ -461,7 +461,9 @@ def function_source(fname: str, outputs: list[Expr], param_names: list[str], sym
     from .optimize import optimize
 
     em = Emitter(params, dim_source)
-    results = em.emit(list(outputs) if optimized else optimize(list(outputs)))
+    outputs = list(outputs) if optimized else optimize(list(outputs))
+    results = em.emit(outputs)
+    results = [f"np.array({r})" if copy else r for r, copy in zip(results, shared(outputs, em.code))]
     head = [f"def {fname}(*, {', '.join(params[p] for p in param_names)}):"]
     if doc:
         safe = not any(ch in doc for ch in "\\\"'\n")
@@ -498,6 +500,21 @@ def function_source(fname: str, outputs: list[Expr], param_names: list[str], sym
             wrap = f"\n\n\n{fname} = _blas_threads({fname}, ({', '.join(map(repr, keys))},))\n"
     helpers = "".join(HELPERS[h] + "\n\n" for h in helper_closure(em.helpers))
     return helpers + "\n".join(head + body) + "\n" + wrap, params
+
+
+def shared(outputs: list, code: dict) -> list:
+    """For each output, whether its value may be an argument or a view of one (x itself, Aᵀ,
+    diag(X)), or an array an earlier output also is or views (a temporary, named in
+    ``code``, the emitter's code of each node): such a result is returned as a copy, so
+    that changing a gradient in place changes neither an input nor another result."""
+    seen, out = set(), []
+    for o in outputs:
+        base = o
+        while REGISTRY[base.op].view:
+            base = base.args[0]
+        out.append(o.shape != SCALAR and (base.op == "sym" or base in seen and code[base].isidentifier()))
+        seen.add(base)
+    return out
 
 
 def num(v: float) -> str:

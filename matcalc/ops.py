@@ -54,6 +54,8 @@ class Op:
     user: bool = True                     # callable by name in the language
     smooth: bool = True                   # False: piecewise constant or kinked (fd-checks avoid kinks)
     aliases: tuple = ()
+    view: bool = False                    # its emitted value may be a view of its argument (a
+                                          # transpose, reshape or diagonal): never returned as is
 
     @property
     def arity(self) -> int:
@@ -708,7 +710,7 @@ register(Op("inv", square_to(lambda s: s), jvp=lambda e, d: _ir().neg(_ir().matm
             latex=lambda p, e: (f"{p.wrap(e.args[0], 7)}^{{-1}}", 6),
             scalar_form=lambda a: _ir().div(_c(1.0), a),
             torch="torch.linalg.inv({0})", jax="jnp.linalg.inv({0})"))
-register(Op("diag", _diag_rule, jvp=_jvp_linear, rule="d diag(A) = diag(dA)",
+register(Op("diag", _diag_rule, jvp=_jvp_linear, view=True, rule="d diag(A) = diag(dA)",
             transpose=lambda n, c, lin: ([(0, _ir().func("Diag", c))], "frob_diag"), numpy="np.diag({0})",
             latex="\\operatorname{diag}", scalar_form=lambda a: a,
             torch="torch.diagonal({0})", jax="jnp.diagonal({0})"))
@@ -747,11 +749,11 @@ register(Op("kron", _kron_rule, nargs=2, jvp=_jvp_kron, rule="d(A⊗B) = dA⊗B 
             numpy=_np_kron, latex=lambda p, e: (f"{p.wrap(e.args[0], 3)} \\otimes {p.wrap(e.args[1], 3, True)}", 3),
             cost=lambda n, size: size(n.shape[0]) * size(n.shape[1]),
             torch=_np_kron, jax=_np_kron))
-register(Op("vec", _vec_rule, jvp=_jvp_linear, rule="d vec(X) = vec(dX)",
+register(Op("vec", _vec_rule, jvp=_jvp_linear, view=True, rule="d vec(X) = vec(dX)",
             transpose=lambda n, c, lin: ([(0, _ir().func("unvec", c, attr=n.args[0].shape))], "frob_vec"),
             numpy=_np_vec, latex="\\operatorname{vec}",
             torch=_fw_vec, jax=_fw_vec))
-register(Op("unvec", _unvec_rule, jvp=lambda e, d: None if d[0] is None else _ir().func("unvec", d[0], attr=e.shape),
+register(Op("unvec", _unvec_rule, view=True, jvp=lambda e, d: None if d[0] is None else _ir().func("unvec", d[0], attr=e.shape),
             rule="d vec⁻¹(v) = vec⁻¹(dv)", user=False,
             transpose=lambda n, c, lin: ([(0, _ir().func("vec", c))], "frob_unvec"),
             numpy=_np_unvec, latex="\\operatorname{vec}^{-1}",
@@ -861,7 +863,7 @@ _structural("matmul", nargs=2, rule="d(AB) = dA B + A dB", transpose=_t_matmul,
             cost=lambda n, size: size(n.shape[0]) * size(n.shape[1]) if "Diag" in (n.args[0].op, n.args[1].op)
             else size(n.args[0].shape[0]) * size(n.args[0].shape[1]) * size(n.args[1].shape[1]),
             vec=_vec_form_rule("matmul"))
-_structural("T", jvp=lambda e, d: _ir().T(d[0]), rule="d(Aᵀ) = (dA)ᵀ",
+_structural("T", view=True, jvp=lambda e, d: _ir().T(d[0]), rule="d(Aᵀ) = (dA)ᵀ",
             transpose=lambda n, c, lin: ([(0, _ir().T(c))], "frob_transpose"), cost=lambda n, size: 0.0,
             vec=_vec_form_rule("T"))
 _structural("frob", nargs=2, rule="d(A:B) = dA:B + A:dB", transpose=_t_frob,

@@ -362,3 +362,18 @@ def test_size_one_dimensions_as_declared_or_squeezed(backend):
                 **to_framework(backend, given)))
             assert got.shape == given[k].shape and to_numpy(backend, grads[k]).shape == given[k].shape, k
             assert rel_err(got.reshape(want[k].shape), want[k]) < 1e-12, k
+
+
+@pytest.mark.skipif("torch" not in INSTALLED, reason="torch is not installed")
+def test_a_torch_gradient_never_shares_memory_with_an_argument():
+    import torch
+
+    X = torch.tensor(np.arange(9.0).reshape(3, 3))
+    y = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
+    for expr, wrt, want in (("x:y", "x", y), ("diag(X):y", "y", torch.diagonal(X))):
+        d = matcalc.derive(expr, wrt=wrt, shapes={"x": ("n",), "y": ("n",), "X": ("n", "n")})
+        args = {"x": torch.zeros(3, dtype=torch.float64), "y": y, "X": X}
+        g = d.callable("torch")(**{k: v for k, v in args.items() if k in d.user_shapes})
+        assert torch.equal(g, want)
+        g[0] = 100.0
+        assert X[0, 0] == 0.0 and y[0] == 1.0

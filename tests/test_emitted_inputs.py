@@ -119,3 +119,50 @@ def test_hvp_and_vjp_take_the_shape_their_variable_was_given_in():
     want = X.T @ (G[:, None] * np.exp(X @ W))  # Jᵀ[G] = Xᵀ (G ∘ exp(XW)), (b, 1)
     np.testing.assert_allclose(j.vjp(G, X=X, W=W), want, rtol=1e-12)
     np.testing.assert_allclose(j.vjp(G, X=X, W=W.ravel()), want.ravel(), rtol=1e-12)
+
+
+# a gradient that is an argument, or a transpose or diagonal of one: a new array
+ALIASING = [
+    ("x:y", "x", {"x": ("n",), "y": ("n",)}, lambda v: v["y"]),
+    ("A:X.T", "X", {"X": ("n", "m"), "A": ("m", "n")}, lambda v: v["A"].T),
+    ("diag(X):y", "y", {"X": ("n", "n"), "y": ("n",)}, lambda v: np.diag(v["X"])),
+    ("vec(X):z", "z", {"X": ("n", "m"), "z": ("n*m",)}, lambda v: v["X"].reshape(-1, order="F")),
+]
+
+
+def _values(shapes, rng):
+    sizes = {"n": 3, "m": 4, "n*m": 12}
+    return {k: rng.standard_normal(tuple(sizes[d] for d in s)) for k, s in shapes.items()}
+
+
+@pytest.mark.parametrize("expr,wrt,shapes,want", ALIASING, ids=[c[0] for c in ALIASING])
+def test_a_gradient_never_shares_memory_with_an_argument(expr, wrt, shapes, want):
+    d = matcalc.derive(expr, wrt=wrt, shapes=shapes)
+    vg = matcalc.value_and_grad(expr, wrt=[wrt], shapes=shapes)
+    values = _values(shapes, np.random.default_rng(3))
+    standalone = compile_function(d.numpy_source, d.function.name)
+    for g in (d.function(**values), standalone(**values), vg.function(**values)[1][wrt]):
+        assert np.allclose(g, want(values))
+        assert g.flags.writeable and not any(np.shares_memory(g, v) for v in values.values())
+        g[...] = 0.0  # the user's arrays keep their values
+        assert np.allclose(want(values), want(_values(shapes, np.random.default_rng(3))))
+
+
+def test_two_gradients_are_two_arrays():
+    # ∂/∂x and ∂/∂y of sum(exp(x + y)) are the same values: one array computed, two returned
+    vg = matcalc.value_and_grad("sum(exp(x+y))", wrt=["x", "y"], shapes={"x": ("n",), "y": ("n",)})
+    x, y = np.array([0.1, -0.2, 0.3]), np.array([0.5, 0.0, -1.0])
+    _, g = vg.function(x=x, y=y)
+    assert np.allclose(g["x"], np.exp(x + y)) and np.allclose(g["y"], np.exp(x + y))
+    assert not np.shares_memory(g["x"], g["y"])
+
+
+def test_second_order_products_never_return_the_tangent():
+    V = np.arange(3.0)
+    h = matcalc.hessian("x:x/2", wrt="x", shapes={"x": ("n",)})  # H = I: H[V] = V
+    r = h.hvp(V, x=np.ones(3))
+    assert np.allclose(r, V) and not np.shares_memory(r, V)
+    j = matcalc.jacobian("X.T", wrt="X", shapes={"X": ("n", "m")})  # J[V] = Vᵀ, Jᵀ[G] = Gᵀ
+    G, X = np.ones((4, 3)), np.zeros((3, 4))
+    r = j.vjp(G, X=X)
+    assert np.allclose(r, G.T) and not np.shares_memory(r, G)
