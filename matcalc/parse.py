@@ -35,11 +35,19 @@ def grammar_parser(name: str = "matcalc"):
     that the grammar is the same); where that directory cannot be written, it is built."""
     import lark
 
-    from . import grammar  # (its files sit in the package matcalc.grammar)
-
-    text = (Path(grammar.__file__).parent / f"{name}.lark").read_text(encoding="utf-8")
+    text = (_grammar_dir() / f"{name}.lark").read_text(encoding="utf-8")
     return lark.Lark(text, parser="lalr", maybe_placeholders=False,
                      cache=_cache_path(f"{name}-grammar-lark{lark.__version__}.cache"))
+
+
+def _grammar_dir() -> Path:
+    """Where the .lark files are: the package matcalc.grammar once installed, else grammar/
+    beside matcalc/ (a clone's root, where the current directory's matcalc/ comes first)."""
+    try:
+        from . import grammar
+    except ImportError:
+        return Path(__file__).resolve().parent.parent / "grammar"
+    return Path(grammar.__file__).parent
 
 
 def _cache_path(name: str):

@@ -74,3 +74,23 @@ def test_second_order_expression_starting_with_minus(capsys, command):
         np.testing.assert_allclose(matcalc.hessian(expr, "z").matrix(t=t, z=z), t.sum() * J, rtol=1e-12)
     else:
         np.testing.assert_allclose(matcalc.jacobian(expr, "z").matrix(z=z), -J, rtol=1e-12)
+
+
+def test_python_m_matcalc_from_a_clones_root(tmp_path):
+    """In a clone's root, ``python -m matcalc`` imports the source tree's matcalc/ (the current
+    directory comes first), whose grammar sits beside it in grammar/, not in the package: as
+    after ``pip install .`` (not -e), where no finder maps matcalc.grammar to the tree."""
+    import shutil
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    for part in ("matcalc", "grammar"):
+        shutil.copytree(root / part, tmp_path / part, ignore=shutil.ignore_patterns("__pycache__"))
+    code = ("import runpy, sys; sys.meta_path[:] = [f for f in sys.meta_path "
+            "if 'editable' not in repr(f).lower()]; "
+            "sys.argv = ['matcalc', 'derive', 'W:W', '--wrt', 'W']; "
+            "runpy.run_module('matcalc', run_name='__main__', alter_sys=True)")
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "2*W" in r.stdout
