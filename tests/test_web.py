@@ -157,6 +157,15 @@ def test_body_that_is_not_json_is_400(client):
     assert "not JSON" in resp.json()["error"]
 
 
+@pytest.mark.parametrize("body,needle", [
+    (b"[" * 20000 + b"]" * 20000, "nested too deeply"),  # (40 kB, under the body limit)
+    (b'{"expr": "W:1 + \\ud800", "wrt": "W"}', "surrogate"),  # a lone half of a UTF-16 pair
+])
+def test_json_python_cannot_take_is_400(client, body, needle):
+    resp = client.post("/api/derive", content=body, headers={"content-type": "application/json"})
+    assert resp.status_code == 400 and needle in resp.json()["error"]
+
+
 @pytest.mark.skipif("syntax" in inspect.signature(matcalc.derive).parameters,
                     reason="this matcalc reads other syntaxes")
 def test_an_unknown_syntax_is_named_in_a_400(client):

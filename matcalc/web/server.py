@@ -90,9 +90,17 @@ async def _read_json(request):
             raise RequestError(f"the request body is over {limit} bytes, the limit", 413)
         chunks.append(chunk)
     try:
-        return json.loads(b"".join(chunks).decode("utf-8"))
+        body = json.loads(b"".join(chunks).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise RequestError(f"the request body is not JSON ({e})") from None
+    except RecursionError:
+        raise RequestError("the request body is not JSON matcalc reads (nested too deeply)") from None
+    try:  # a lone surrogate (an escape such as \ud800 alone) is no character
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise RequestError(f"the request body holds {e.object[e.start:e.end]!r}, half of a "
+                           f"UTF-16 surrogate pair, which is not a character") from None
+    return body
 
 
 def _same_origin(request) -> bool:
