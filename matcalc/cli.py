@@ -246,7 +246,7 @@ def run(argv=None) -> int:
             obj = json_object(d, report, exact, args.backend)
             if at is not None:
                 obj["value"] = values[w].tolist()
-            out.append(json.dumps(obj, ensure_ascii=False))
+            out.append(dumps(obj))
             continue
         if len(results) > 1:
             out.append(f"── {w} ──")
@@ -291,7 +291,7 @@ def json_object(d, report=None, exact=None, backend: str = "numpy") -> dict:
     """What ``derive --json`` prints for one wrt (``matcalc serve``'s ``POST /api/derive``
     returns a list of these): ``d.to_dict`` plus the LaTeX of the derivation and its text lines,
     the exact check's report (``--exact``) and the source for another backend (``--backend``).
-    Non-finite numbers become null, as strict JSON (and a browser's JSON.parse) requires."""
+    (``dumps`` writes non-finite numbers as null.)"""
     from .printing import tex_name
 
     obj = d.to_dict(report)
@@ -304,11 +304,24 @@ def json_object(d, report=None, exact=None, backend: str = "numpy") -> dict:
     obj.setdefault("definitions_latex", {tex_name(k): v for k, v in d._definitions(d._latex)})
     obj.setdefault("steps_latex", d.steps_latex)
     obj.setdefault("derivation", d.derivation_lines())
-    check = obj.get("check")
-    if isinstance(check, dict):
-        obj["check"] = {k: None if isinstance(v, float) and not math.isfinite(v) else v
-                        for k, v in check.items()}
     return obj
+
+
+def finite(obj):
+    """obj with every non-finite float (anywhere in its dicts and lists) as None: strict JSON
+    (RFC 8259, a browser's JSON.parse) has no Infinity or NaN."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite(v) for v in obj]
+    return obj
+
+
+def dumps(obj) -> str:
+    """The JSON text of a --json answer or a web reply: non-finite numbers are null."""
+    return json.dumps(finite(obj), ensure_ascii=False, allow_nan=False)
 
 
 def main(argv=None) -> None:

@@ -1051,10 +1051,9 @@ def json_object(r, report=None, key=None, notes=(), backend: str = "numpy") -> d
 
 
 def run_cli(args) -> int:
-    import json
     import sys
 
-    from .cli import EXIT_CHECK_FAILED, EXIT_OK, EXIT_REFUSED, check_backend_args, parse_lets, parse_shapes
+    from .cli import EXIT_CHECK_FAILED, EXIT_OK, EXIT_REFUSED, check_backend_args, dumps, parse_lets, parse_shapes
     from .errors import MatcalcError
 
     try:
@@ -1079,7 +1078,7 @@ def run_cli(args) -> int:
             status = EXIT_CHECK_FAILED
         if args.json:
             obj = json_object(r, report, key, notes, args.backend)
-            out.append(json.dumps(obj, ensure_ascii=False))
+            out.append(dumps(obj))
             continue
         if len(results) > 1:
             label = f"({key[0]}, {key[1]})" if isinstance(key, tuple) else key

@@ -94,3 +94,21 @@ def test_python_m_matcalc_from_a_clones_root(tmp_path):
                        timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "2*W" in r.stdout
+
+
+def _strict(text):
+    import json
+
+    def refuse(token):
+        raise ValueError(f"not strict JSON: {token}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_json_is_strict_when_a_value_overflows(capsys):
+    # exp(1000) is inf in float64: strict JSON has no Infinity, so it is null
+    code, out, _ = run(capsys, "derive", "sum(exp(W))", "--wrt", "W", "--at", "W=[[1000, 1]]", "--json")
+    assert code == 0
+    assert _strict(out)["value"] == [[None, pytest.approx(np.e)]]
+    code, out, _ = run(capsys, "hessian", "sum(exp(x))", "--wrt", "x", "--shape", "x=n", "--check", "--json")
+    assert code == 0 and _strict(out.splitlines()[0])["wrt"] == "x"

@@ -70,7 +70,9 @@ class _SecurityHeaders:
 
 
 def _json(body, status=200) -> Response:
-    return Response(json.dumps(body, ensure_ascii=False, allow_nan=False).encode("utf-8"), status,
+    from ..cli import dumps
+
+    return Response(dumps(body).encode("utf-8"), status,
                     media_type="application/json")
 
 
