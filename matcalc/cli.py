@@ -156,6 +156,13 @@ def parse_at(items) -> dict:
                               "numbers (like [[1, 2], [3, 4]])") from None
         if not _numeric(v):
             raise DeriveError(f"--at {name}: {value.strip()[:60]!r} is not a number or a nested list of numbers")
+        import numpy as np  # (only with --at: the cold CLI imports no NumPy)
+
+        try:
+            np.asarray(v, dtype=float)
+        except ValueError:
+            raise DeriveError(f"--at {name}: {value.strip()[:60]!r} is not an array: its rows differ in "
+                              "length (or some entries are lists and some numbers)") from None
         out[name] = v
     return out
 
@@ -182,6 +189,9 @@ def evaluate_at(d, values: dict):
     try:
         with np.errstate(all="ignore"):
             return np.asarray(d.function(**{k: values[k] for k in params}), dtype=float)
+    except np.linalg.LinAlgError as e:  # (a ValueError too)
+        raise DeriveError(f"--at: the gradient of {d.expr} inverts or factorises a matrix (inv, solve, "
+                          f"det, logdet) that is singular at these values ({e})") from None
     except (ShapeError, ValueError) as e:
         raise ShapeError(f"--at: {getattr(e, 'message', e)}") from None
 

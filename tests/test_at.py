@@ -43,7 +43,8 @@ def test_integers_scalars_and_vectors(capsys):
     (["X=[[1,2],[3,4],[5,6]]", "W=[[1,2,3,4],[1,2,3,4]]"], ["no value for G"]),
     (["X=[[1,2],[3,4],[5,6]]", "W=[[1,2,3,4]]", f"G={json.dumps(G)}"], ["W has shape (1, 4)"]),
     (["X=__import__('os')"], ["not a number"]),
-    (["X=[1, [2]]"], []),
+    (["X=[1, [2]]"], ["not an array"]),
+    (["X=[[1,2],[3]]"], ["not an array", "differ in length"]),
     (["X=true"], ["not a number"]),
     (["Q=1"], ["Q", "not a symbol"]),
     (["X"], ["NAME=VALUE"]),
@@ -57,3 +58,9 @@ def test_refusals(capsys, ats, words):
     assert "Traceback" not in err
     for w in words:
         assert w in err, err
+
+
+def test_a_singular_matrix_at_the_values_is_named_so(capsys):
+    code, out, err = run(capsys, "derive", "logdet(X)", "--wrt", "X", "--at", "X=[[1,2],[2,4]]")
+    assert code == 2 and not out.strip()
+    assert "singular" in err and "logdet(X)" in err and "shape error" not in err
