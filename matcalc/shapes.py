@@ -10,6 +10,7 @@ never silently a scalar.
 from __future__ import annotations
 
 import difflib
+import numbers
 import re
 from dataclasses import dataclass
 
@@ -83,7 +84,7 @@ def parse_declaration(name: str, spec) -> tuple:
         if s in ("", "scalar", "()"):
             return ()
         spec = [p.strip() for p in s.strip("()").split(",") if p.strip()]
-    if isinstance(spec, (int,)) and not isinstance(spec, bool):
+    if isinstance(spec, numbers.Integral) and not isinstance(spec, bool):  # (NumPy's integers too)
         spec = (spec,)
     try:
         spec = tuple(spec)
@@ -96,7 +97,7 @@ def parse_declaration(name: str, spec) -> tuple:
     for d in spec:
         if isinstance(d, bool):
             raise ShapeError(f"bad dimension {d!r} in the shape of {name}")
-        if isinstance(d, int) or (isinstance(d, str) and d.strip().isascii() and d.strip().isdigit()):
+        if isinstance(d, numbers.Integral) or (isinstance(d, str) and d.strip().isascii() and d.strip().isdigit()):
             d = int(d)
             if d < 1 or d > MAX_DIM:
                 raise ShapeError(f"dimension {d} in the shape of {name} must be between 1 and {MAX_DIM}")

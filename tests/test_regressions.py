@@ -92,3 +92,14 @@ def test_second_order_results_of_a_chain_of_definitions_stay_small():
     j = matcalc.jacobian("l29", wrt="x", definitions=defs)
     for r in (h, j):
         assert len(r.text) < 50000 and len(r.steps_latex) < 200000 and len(r.numpy_source) < 100000
+
+
+def test_numpy_integers_declare_sizes():
+    # X.shape of a NumPy array, or sizes computed with NumPy, are np.int64: as good as ints
+    import numpy as np
+
+    A = np.arange(6.0).reshape(2, 3)
+    d = matcalc.derive("A:W", wrt="W", shapes={"W": A.shape, "A": (np.int64(2), np.int32(3))})
+    assert d.user_shapes["W"] == (2, 3) and all(type(n) is int for n in d.user_shapes["A"])
+    assert np.array_equal(d.function(A=A, W=np.zeros((2, 3))), A)
+    assert matcalc.derive("x:x", wrt="x", shapes={"x": np.int64(4)}).user_shapes["x"] == (4,)
