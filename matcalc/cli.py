@@ -7,6 +7,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_REFUSED, EXIT_INTERNAL = 0, 1, 2, 3
@@ -114,6 +115,9 @@ def check_backend_args(args) -> None:
                               "source); add --code")
 
 
+_OPTION = re.compile(r"--[A-Za-z][A-Za-z0-9_-]*(=.*)?", re.S)  # (--(W:W) and --x:x are expressions)
+
+
 def _protect_leading_minus(argv):
     """An expression that starts with '-' (``-t.T@log(softmax(z))``) is the expression, not an
     option: argparse would take it for an unknown flag.  Such a token (the first one after the
@@ -130,7 +134,7 @@ def _protect_leading_minus(argv):
         if tok in takes_value:
             i += 2
             continue
-        if tok.startswith("-") and len(tok) > 1 and not tok.startswith("--") and tok != "-h":
+        if tok.startswith("-") and len(tok) > 1 and tok != "-h" and not _OPTION.fullmatch(tok):
             argv[i] = " " + tok
             return argv, i
         if not tok.startswith("-"):

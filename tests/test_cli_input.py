@@ -35,6 +35,19 @@ def test_expression_starting_with_minus(capsys, argv):
     assert np.allclose(f(t=t, z=z), t.sum() * s - t)
 
 
+@pytest.mark.parametrize("argv", [
+    ["derive", "--(W:W)", "--wrt", "W", "--json"],
+    ["derive", "--wrt", "W", "--json", "--(W:W)"],
+])
+def test_expression_starting_with_two_minuses(capsys, argv):
+    import json
+
+    code, out, err = run(capsys, *argv)
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["expr"] == "--(W:W)" and d["gradient"] == "2*W"
+
+
 def test_leading_minus_parse_error_keeps_its_column(capsys):
     code, out, err = run(capsys, "derive", "-t.T@log(softmax(z)", "--wrt", "z")
     assert code == 2
