@@ -35,8 +35,20 @@ class MatcalcError(Exception):
             prefix = "..." if lo else ""
             line = prefix + line[lo:hi] + ("..." if hi < len(line) else "")
             start, end = start - lo + len(prefix), min(end, hi) - lo + len(prefix)
-        caret = " " * start + "^" * max(1, end - start)
+        pad, width = _width(line[:start]), _width(line[start:end])
+        if start < len(line) and width == 0 and pad:  # a combining mark: under the character it sits on
+            pad -= 1
+        caret = " " * pad + "^" * max(1, width)
         return f"{head} (column {self.column})\n  {line}\n  {caret}"
+
+
+def _width(text: str) -> int:
+    """The columns a terminal gives text: two for a wide (East Asian) character such as 全 or ｘ,
+    none for a combining mark (the hat of x̂), one for any other."""
+    import unicodedata
+
+    return sum(0 if unicodedata.combining(ch) else 2 if unicodedata.east_asian_width(ch) in "WF" else 1
+               for ch in text)
 
 
 class ParseError(MatcalcError):

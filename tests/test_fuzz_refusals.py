@@ -28,6 +28,7 @@ import signal
 import subprocess
 import sys
 import threading
+import unicodedata
 import time
 import traceback
 from contextlib import contextmanager
@@ -100,12 +101,24 @@ def check_message(err: MatcalcError, expr) -> None:
     col = caret.index("^")
     # the message shows every character that does not print (line breaks, tabs, NUL) as a space
     src = "".join(ch if ch.isprintable() else " " for ch in err.source)
+    # the character at the caret's terminal column (wide characters take two, marks none)
+    at, width = len(shown), 0
+    for i, ch in enumerate(shown):
+        w = 0 if unicodedata.combining(ch) else 2 if unicodedata.east_asian_width(ch) in "WF" else 1
+        if width + w > col:
+            at = i
+            break
+        width += w
     if err.start < len(src):
-        # the caret sits under the offending character (also in the window of long input)
-        assert col < len(shown) and shown[col] == src[err.start], \
-            f"caret under {shown[col:col + 1]!r}, expected {src[err.start]!r}: {msg!r}"
+        # the caret sits under the offending character (also in the window of long input); a
+        # combining mark has no column of its own: under the character it sits on
+        end = at + 1
+        while end < len(shown) and unicodedata.combining(shown[end]):
+            end += 1
+        under = shown[at:end]
+        assert src[err.start] in under, f"caret under {shown[at:at + 1]!r}, expected {src[err.start]!r}: {msg!r}"
     else:  # "ends too early": the caret is just past the end of the input
-        assert col == len(shown.rstrip()) or col >= len(shown), msg
+        assert at >= len(shown.rstrip()), msg
 
 
 def _use(d) -> None:

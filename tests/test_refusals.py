@@ -129,6 +129,19 @@ def test_cli_caret_under_the_column():
     assert lines[-1].index("^") == lines[-2].index("W")
 
 
+@pytest.mark.parametrize("expr,column,caret_at", [
+    ("全*W:1 + x@@y", 11, 13),  # 全 takes two terminal columns: the second @ is the 12th shown
+    ("ｘ*W:1 + x@@y", 11, 13),  # a fullwidth x too
+    ("W:1 + x@@y", 9, 10),
+    ("W*x̂:1", 4, 4),  # the hat (refused) is a combining mark: the caret goes under its x
+])
+def test_caret_under_wide_and_combining_characters(expr, column, caret_at):
+    with pytest.raises(matcalc.MatcalcError) as e:
+        matcalc.derive(expr, wrt="W")
+    assert e.value.column == column
+    assert str(e.value).splitlines()[-1].index("^") == caret_at  # (after the 2-space indent)
+
+
 def test_cli_help_and_version():
     r = _cli("--help")
     assert r.returncode == 0 and "derive" in r.stdout
