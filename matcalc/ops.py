@@ -167,8 +167,14 @@ def _unvec_rule(u, s, attr):
     return attr  # the matrix shape it goes back to
 
 
+MAX_MATRIX_POWER = 256  # the differential of Xᵏ is a sum of |k| products (its Hessian of k²)
+
+
 def _matrix_power_rule(u, s, attr):
     square(u, s, "matrix_power")
+    if attr is not None and abs(attr) > MAX_MATRIX_POWER:
+        u.fail(f"matrix_power's power must be between -{MAX_MATRIX_POWER} and {MAX_MATRIX_POWER}, got {attr}: "
+               f"the differential of Xᵏ is a sum of |k| products")
     return s[0]
 
 

@@ -583,8 +583,10 @@ class _Typer:
         sign, inner = 1, node
         if node.kind == "neg":
             sign, inner = -1, node.children[0]
-        if inner.kind != "num" or not float(inner.value).is_integer() or abs(inner.value) > 10 ** 6:
+        if inner.kind != "num" or not float(inner.value).is_integer():
             self.fail(node, f"{what} must be an integer written as a number, got {self.text(node)}")
+        if abs(inner.value) > 10 ** 6:
+            self.fail(node, f"{what} must be an integer of at most 10^6 in size, got {self.text(node)}")
         return sign * int(inner.value)
 
     # ---- naming and IR
