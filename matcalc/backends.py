@@ -39,6 +39,7 @@ HELPERS = {
         "_over_norm": '''def _over_norm(a, n):
     # a / ‖x‖, and 0 where ‖x‖ = 0 (the least-norm subgradient there); no branch on a value
     pos = n > 0
+    a = torch.as_tensor(a, dtype=n.dtype, device=n.device)  # (a may be a number: 1.0)
     return torch.where(pos, a / torch.where(pos, n, torch.ones_like(n)), torch.zeros_like(a))
 ''',
         "_lu": '''def _lu(a):
@@ -164,8 +165,9 @@ class FrameworkEmitter(codegen.Emitter):
         return None  # one use: the framework's own function factorises once anyway
 
     def scalar_arg(self, n: Expr, code: str) -> str:
-        """A constant scalar as a tensor (framework functions do not take Python floats)."""
-        if n.op == "const" and n.shape == SCALAR and self.backend == "torch":
+        """A number computed on the host (a constant, a dimension, arithmetic of them) as a
+        tensor: torch's functions take no Python numbers."""
+        if self.backend == "torch" and codegen.host_number(n):
             return f"torch.tensor({code}{self._like()})"
         return code
 
@@ -283,7 +285,7 @@ def function_source(backend: str, fname: str, outputs: list, param_names: list, 
             p = params[name]
             head.append(f"    {p} = {lib}.reshape({p}, {'()' if syms[name].shape == SCALAR else '(-1,)'})")
     body = ["    " + line for line in em.lines]
-    results = [_as_array(backend, r, ref) for r in results]
+    results = [_as_array(backend, r, ref) if codegen.host_number(o) else r for r, o in zip(results, outputs)]
     if given:  # each such gradient takes its argument's shape as given
         results = [f"{lib}.reshape({r}, _shape_{params[n]})" if n in given else r
                    for r, n in zip(results, shaped_like)]
@@ -300,15 +302,11 @@ def function_source(backend: str, fname: str, outputs: list, param_names: list, 
 
 
 def _as_array(backend: str, code: str, ref) -> str:
-    """A result that is a number (a constant gradient) as a 0-d array of the framework."""
-    try:
-        float(code.strip("()"))
-    except ValueError:
-        return code
+    """A result that is a number (a constant gradient, a size) as a 0-d array of the framework."""
     if backend == "torch":
         like = f"dtype={ref}.dtype, device={ref}.device" if ref else "dtype=torch.float64"
         return f"torch.as_tensor({code}, {like})"
-    return f"jnp.asarray({code})"
+    return f"jnp.asarray({code}, dtype={ref}.dtype)" if ref else f"jnp.asarray({code} * 1.0)"
 
 
 def module_source(backend: str, functions: list) -> str:

@@ -463,7 +463,8 @@ def function_source(fname: str, outputs: list[Expr], param_names: list[str], sym
     em = Emitter(params, dim_source)
     outputs = list(outputs) if optimized else optimize(list(outputs))
     results = em.emit(outputs)
-    results = [f"np.array({r})" if copy else r for r, copy in zip(results, shared(outputs, em.code))]
+    results = [f"np.array({r})" if copy else f"float({r})" if host_number(o) and o.op != "const" else r
+               for r, o, copy in zip(results, outputs, shared(outputs, em.code))]
     head = [f"def {fname}(*, {', '.join(params[p] for p in param_names)}):"]
     if doc:
         safe = not any(ch in doc for ch in "\\\"'\n")
@@ -500,6 +501,16 @@ def function_source(fname: str, outputs: list[Expr], param_names: list[str], sym
             wrap = f"\n\n\n{fname} = _blas_threads({fname}, ({', '.join(map(repr, keys))},))\n"
     helpers = "".join(HELPERS[h] + "\n\n" for h in helper_closure(em.helpers))
     return helpers + "\n".join(head + body) + "\n" + wrap, params
+
+
+def host_number(n: Expr) -> bool:
+    """n's code is a Python number: a constant, a dimension (an int read from a shape), or
+    sums, products, quotients and powers of those."""
+    if n.shape != SCALAR:
+        return False
+    if n.op in ("const", "dim"):
+        return True
+    return n.op in ("add", "mul", "div", "pow") and all(host_number(a) for a in n.args)
 
 
 def shared(outputs: list, code: dict) -> list:

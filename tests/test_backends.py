@@ -377,3 +377,31 @@ def test_a_torch_gradient_never_shares_memory_with_an_argument():
         assert torch.equal(g, want)
         g[0] = 100.0
         assert X[0, 0] == 0.0 and y[0] == 1.0
+
+
+# numbers computed on the host (a dimension squared, a constant over a norm, a size as the
+# gradient): tensors in torch, floats in every backend
+HOST_NUMBERS = [
+    ("mean(A)", "A", {"A": ("a", "a")}, lambda v: np.full((3, 3), 1 / 9)),
+    ("alpha/norm2(x)", "alpha", {"x": ("n",), "alpha": ()}, lambda v: 1 / np.linalg.norm(v["x"])),
+    ("size(x, 0)*alpha", "alpha", {"x": ("n",), "alpha": ()}, lambda v: 3.0),
+    ("(x - A):1", "x", {"A": (1, "b"), "x": (1,)}, lambda v: np.array([4.0])),  # b = 4
+]
+
+
+@pytest.mark.parametrize("backend", ["numpy"] + INSTALLED)
+@pytest.mark.parametrize("expr,wrt,shapes,want", HOST_NUMBERS, ids=[c[0] for c in HOST_NUMBERS])
+def test_host_numbers_in_gradients(backend, expr, wrt, shapes, want):
+    d = matcalc.derive(expr, wrt=wrt, shapes=shapes)
+    rng = np.random.default_rng(4)
+    sizes = {"a": 3, "n": 3, "b": 4}
+    values = {k: rng.standard_normal(tuple(sizes.get(x, x) for x in s)) if s else 0.7
+              for k, s in shapes.items()}
+    if backend == "numpy":
+        g = d.function(**values)
+    else:
+        fw = to_framework(backend, values)
+        fw = {k: v if k != "alpha" else 0.7 for k, v in fw.items()}  # a Python float, as documented
+        g = to_numpy(backend, d.callable(backend)(**fw))
+    assert np.asarray(g).dtype == np.float64 and np.shape(g) == np.shape(want(values))
+    assert np.allclose(g, want(values))

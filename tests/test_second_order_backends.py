@@ -50,6 +50,12 @@ EXTRA = [
     ("jacobian", "softmax(X, 0)", "X", {"X": ("a", "b")}, {},
      "np.exp(X - X.max(0)) / np.exp(X - X.max(0)).sum(0)"),
     ("jacobian", "inv(X)@b", "X", {"X": ("n", "n"), "b": ("n",)}, {"X": "spd"}, "np.linalg.solve(X, b)"),
+    # a dimension squared (mean's 1/n²) and a constant over a norm: numbers, not tensors, in torch
+    ("hessian", "mean(x)**2", "x", {"x": ("n",)}, {}, "np.mean(x)**2"),
+    ("hessian", "mean(X@X)", "X", {"X": ("n", "n")}, {}, "np.mean(X@X)"),
+    ("hessian", "norm2(x - c)", "x", {"x": ("n",)}, {}, "np.linalg.norm(x - c)"),  # (the tangents
+    ("jacobian", "(x - c)/norm2(x - c)", "x", {"x": ("n",)}, {}, "(x - c)/np.linalg.norm(x - c)"),  # are x)
+    ("jacobian", "cosh(mean(X))*X", "X", {"X": ("a", "b")}, {}, "np.cosh(np.mean(X))*X"),
 ]
 EXTRA_IDS = [f"{e[0]}:{e[1]}:{e[2]}" for e in EXTRA]
 
