@@ -36,7 +36,7 @@ class Op:
     derivative: Optional[Callable] = None  # elementwise: (x, f(x)) -> f'(x), None for 0 a.e.
     transpose: Optional[Callable] = None  # linear ops: (node, cot, lin) -> ([(i, contribution)], identity key)
     fold: Optional[Callable] = None       # float -> float (a constant argument)
-    scalar_form: Optional[Callable] = None  # the op of a 1×1 argument, as other ops
+    scalar_form: Optional[Callable] = None  # (1×1 argument, attr) -> the op on it, as other ops
     text: Optional[Callable] = None       # (printer, node) -> text; default name(args)
     latex: object = None                  # "\\cosh" (name), or (printer, node) -> (tex, precedence)
     numpy: object = None                  # template "np.cosh({0})", or (emitter, node, codes) -> code
@@ -694,35 +694,35 @@ register(Op("sum", axis_rule(False), params=("axis",), params_optional=True, jvp
             vec=_vec_form_rule("sum")))
 register(Op("mean", axis_rule(False), params=("axis",), params_optional=True, jvp=_jvp_linear,
             rule="d mean(A) = mean(dA)", transpose=_t_mean, numpy=_np_axis_template(_np_mean, _np_mean_axis),
-            latex=_tex_axis("\\operatorname{mean}"), scalar_form=lambda a: a,
+            latex=_tex_axis("\\operatorname{mean}"), scalar_form=lambda a, attr: a,
             torch=_fw_mean, jax=_fw_mean,
             vec=_vec_form_rule("mean")))
 register(Op("tr", square_to(lambda s: SCALAR), jvp=_jvp_linear, rule="d tr(A) = tr(dA)",
             transpose=lambda n, c, lin: ([(0, _ir().mul(c, _ir().eye(n.args[0].shape[0])))], "frob_trace"),
-            numpy="np.trace({0})", latex="\\operatorname{tr}", aliases=("trace", "Tr"), scalar_form=lambda a: a,
+            numpy="np.trace({0})", latex="\\operatorname{tr}", aliases=("trace", "Tr"), scalar_form=lambda a, attr: a,
             torch="torch.trace({0})", jax="jnp.trace({0})",
             vec=_vec_form_rule("tr")))
 register(Op("det", square_to(lambda s: SCALAR), jvp=lambda e, d: _ir().mul(e, _tr_inv_dx(e.args[0], d[0])),
             rule="d det(X) = det(X) tr(X⁻¹dX)", numpy="np.linalg.det({0})", latex="\\det",
-            domain="invertible", scalar_form=lambda a: a, cost=_cube_cost,
+            domain="invertible", scalar_form=lambda a, attr: a, cost=_cube_cost,
             torch="torch.linalg.det({0})", jax="jnp.linalg.det({0})"))
 register(Op("logdet", square_to(lambda s: SCALAR), jvp=lambda e, d: _tr_inv_dx(e.args[0], d[0]),
             rule="d logdet(X) = tr(X⁻¹dX)", numpy="np.linalg.slogdet({0})[1]", latex="\\log\\det",
             domain="invertible", cost=_cube_cost,
-            scalar_form=lambda a: _ir().func("log", _ir().func("abs", a)),
+            scalar_form=lambda a, attr: _ir().func("log", _ir().func("abs", a)),
             torch="torch.linalg.slogdet({0})[1]", jax="jnp.linalg.slogdet({0})[1]"))
 register(Op("inv", square_to(lambda s: s), jvp=lambda e, d: _ir().neg(_ir().matmul(_ir().matmul(e, d[0]), e)),
             rule="d X⁻¹ = −X⁻¹ dX X⁻¹", numpy="np.linalg.inv({0})", domain="invertible", cost=_cube_cost,
             latex=lambda p, e: (f"{p.wrap(e.args[0], 7)}^{{-1}}", 6),
-            scalar_form=lambda a: _ir().div(_c(1.0), a),
+            scalar_form=lambda a, attr: _ir().div(_c(1.0), a),
             torch="torch.linalg.inv({0})", jax="jnp.linalg.inv({0})"))
 register(Op("diag", _diag_rule, jvp=_jvp_linear, view=True, rule="d diag(A) = diag(dA)",
             transpose=lambda n, c, lin: ([(0, _ir().func("Diag", c))], "frob_diag"), numpy="np.diag({0})",
-            latex="\\operatorname{diag}", scalar_form=lambda a: a,
+            latex="\\operatorname{diag}", scalar_form=lambda a, attr: a,
             torch="torch.diagonal({0})", jax="jnp.diagonal({0})"))
 register(Op("Diag", _Diag_rule, jvp=_jvp_linear, rule="d Diag(a) = Diag(da)",
             transpose=lambda n, c, lin: ([(0, _ir().func("diag", c))], "frob_Diag"), numpy="np.diag({0})",
-            latex="\\operatorname{Diag}", scalar_form=lambda a: a,
+            latex="\\operatorname{Diag}", scalar_form=lambda a, attr: a,
             torch="torch.diag({0})", jax="jnp.diag({0})"))
 register(Op("norm2", to_scalar, jvp=lambda e, d: _ir().frob(_ir().div(e.args[0], e), d[0]),
             rule="d‖x‖ = (x/‖x‖):dx", numpy="_norm2({0})", helpers=("_norm2",),
@@ -755,12 +755,12 @@ register(Op("kron", _kron_rule, nargs=2, jvp=_jvp_kron, rule="d(A⊗B) = dA⊗B 
             numpy=_np_kron, latex=lambda p, e: (f"{p.wrap(e.args[0], 3)} \\otimes {p.wrap(e.args[1], 3, True)}", 3),
             cost=lambda n, size: size(n.shape[0]) * size(n.shape[1]),
             torch=_np_kron, jax=_np_kron))
-register(Op("vec", _vec_rule, jvp=_jvp_linear, view=True, rule="d vec(X) = vec(dX)",
+register(Op("vec", _vec_rule, jvp=_jvp_linear, view=True, rule="d vec(X) = vec(dX)", scalar_form=lambda a, attr: a,
             transpose=lambda n, c, lin: ([(0, _ir().func("unvec", c, attr=n.args[0].shape))], "frob_vec"),
             numpy=_np_vec, latex="\\operatorname{vec}",
             torch=_fw_vec, jax=_fw_vec))
 register(Op("unvec", _unvec_rule, view=True, jvp=lambda e, d: None if d[0] is None else _ir().func("unvec", d[0], attr=e.shape),
-            rule="d vec⁻¹(v) = vec⁻¹(dv)", user=False,
+            rule="d vec⁻¹(v) = vec⁻¹(dv)", user=False, scalar_form=lambda a, attr: a,
             transpose=lambda n, c, lin: ([(0, _ir().func("vec", c))], "frob_unvec"),
             numpy=_np_unvec, latex="\\operatorname{vec}^{-1}",
             torch=_fw_unvec, jax=_fw_unvec))
@@ -778,6 +778,7 @@ register(Op("kron_sum", _blocks_rule, nargs=2, user=False,
             torch=_np_kron_sum, jax=_np_kron_sum))
 register(Op("matrix_power", _matrix_power_rule, params=("power",), jvp=_jvp_matrix_power,
             rule="d Xᵏ = Σᵢ Xⁱ dX Xᵏ⁻¹⁻ⁱ", numpy=_np_matrix_power, domain="invertible_if_negative",
+            scalar_form=lambda a, k: _ir().power(a, _c(float(k))),
             latex=lambda p, e: (f"{p.wrap(e.args[0], 7)}^{{{e.attr}}}", 6),
             cost=lambda n, size: abs(n.attr) * size(n.shape[0]) ** 3,
             torch=_fw_matrix_power, jax=_fw_matrix_power))

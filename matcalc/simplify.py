@@ -414,7 +414,7 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
         except (ValueError, OverflowError):
             pass
     if a.shape == SCALAR and op.scalar_form is not None:  # det(β) = β, inv(β) = 1/β, …
-        return op.scalar_form(a)
+        return op.scalar_form(a, attr)
     if name in ("sum", "mean") and a.op == "const":  # sum(c1) = c·(its size), along an axis too
         shape = SCALAR if attr is None else ((1, a.shape[1]) if attr == 0 else (a.shape[0], 1))
         if name == "mean":

@@ -55,6 +55,10 @@ UNIT = [
     ("x.T@A@x", "x", {"x": (1,), "A": (1, 1)}, lambda x, A: float(x @ A @ x)),
     ("x.T@A@x", "A", {"x": (1,), "A": (1, 1)}, lambda x, A: float(x @ A @ x)),
     ("c.T@M@c", "c", {"c": ("b", 1), "M": ("b", "b")}, lambda c, M: float((c.T @ M @ c)[0, 0])),
+    # matrix_power, vec of a 1×1 matrix: its number's power and itself
+    ("tr(matrix_power(B, 3))", "B", {"B": (1, 1)}, lambda B: float(np.trace(np.linalg.matrix_power(B, 3)))),
+    ("tr(matrix_power(B, -2))", "B", {"B": (1, 1)}, lambda B: float(np.trace(np.linalg.matrix_power(B, -2)))),
+    ("sum(vec(B)*x)", "B", {"B": (1, 1), "x": (1,)}, lambda B, x: float(np.sum(B.reshape(-1) * x))),
 ]
 
 
@@ -77,6 +81,9 @@ def test_declared_size_one_dimensions_in_the_standalone_source(expr, wrt, shapes
     assert np.shape(got) == squeezed[wrt].shape
     np.testing.assert_allclose(np.reshape(got, want.shape), want, rtol=1e-6)
     np.testing.assert_allclose(d.function(**inputs), want, rtol=1e-6)
+    value, grads = matcalc.value_and_grad(expr, wrt=[wrt], shapes=shapes).function(**inputs)
+    assert np.isclose(value, lam(**inputs))
+    np.testing.assert_allclose(grads[wrt], want, rtol=1e-6)
 
 
 def test_value_and_grad_keeps_the_shapes_of_size_one_arguments():
