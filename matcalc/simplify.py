@@ -499,7 +499,7 @@ def stabilize(e: Expr) -> Expr:
     """Rewrite the primal where an equal form has a better derivative or better numerics:
     log(1 + exp(z)) = softplus(z), log σ(z) = -softplus(-z), log(1 - σ(z)) = -softplus(z),
     log sum exp(z) = logsumexp(z), log softmax(x) = x - logsumexp(x), log det X = logdet X,
-    exp(z)/(1 + exp(z)) = σ(z), log(exp(z)) = z, norm2(x)**2 = x:x.  Everything else is
+    exp(z)/(c + exp(z)) = σ(z − log c) (c > 0), log(exp(z)) = z, norm2(x)**2 = x:x.  Everything else is
     kept as the user wrote it, so the derivation reads in the user's terms."""
     memo: dict = {}
     for node in ir.walk(e):
@@ -513,8 +513,9 @@ def stabilize(e: Expr) -> Expr:
             num, den = new.args
             if num.op == "exp" and den.op == "add" and len(den.args) == 2 and num in den.args:
                 other = den.args[0] if den.args[1] is num else den.args[1]
-                if other.op == "const" and other.attr == 1.0:  # e^z/(1 + e^z) = σ(z)
-                    new = ir.func("sigmoid", num.args[0])
+                if other.op == "const" and other.shape == SCALAR and other.attr > 0:  # e^z/(c + e^z) = σ(z − log c)
+                    z = num.args[0]
+                    new = ir.func("sigmoid", z if other.attr == 1.0 else ir.add(z, ir.const(-math.log(other.attr))))
         elif new.op == "pow" and new.args[0].op == "norm2" and new.args[1].op == "const" \
                 and new.args[1].attr == 2.0:
             x = new.args[0].args[0]

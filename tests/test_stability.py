@@ -112,6 +112,9 @@ ELEMENTWISE_BUGS = [  # the same, where matcalc returns nan/inf today
     ("exp(z)/(1+exp(z))", "sum(exp(z)/(1 + exp(z)))", "z",
      lambda z, y: sigmoid(z) * sigmoid(-z), lambda z, y: np.sum(sigmoid(z)),
      "sigmoid written out, exp(z)/(1 + exp(z)), is computed as inf/inf = nan at z = 1000"),
+    ("exp(z)/(2+exp(z))", "sum(exp(z)/(2 + exp(z)))", "z",
+     lambda z, y: sigmoid(z - np.log(2)) * sigmoid(np.log(2) - z), lambda z, y: np.sum(sigmoid(z - np.log(2))),
+     "with c = 2 only λ was rewritten: the gradient (1/(e + 2) - e/(e + 2)**2)*e was nan at z = 800"),
 ]
 
 
