@@ -54,6 +54,8 @@ class Op:
     user: bool = True                     # callable by name in the language
     smooth: bool = True                   # False: piecewise constant or kinked (fd-checks avoid kinks)
     aliases: tuple = ()
+    fold_const: Optional[Callable] = None  # (c, shape, attr) -> the op on c·1, an array of
+                                          # that shape holding c, as IR (sum(c1) = c·size)
     view: bool = False                    # its emitted value may be a view of its argument (a
                                           # transpose, reshape or diagonal): never returned as is
 
@@ -232,6 +234,35 @@ def count(shape):
 
 def axis_count(shape, axis):
     return count((shape[0], 1) if axis == 0 else (1, shape[1]))
+
+
+def _reduced(shape, axis):
+    """(the shape a reduction of an array of ``shape`` along ``axis`` (None: all) gives, the
+    number of entries it reduces into each)"""
+    if axis is None:
+        return SCALAR, count(shape)
+    return ((1, shape[1]) if axis == 0 else (shape[0], 1)), axis_count(shape, axis)
+
+
+def _filled(value, shape):
+    """value (IR, a scalar) in every entry of an array of shape."""
+    ir = _ir()
+    return value if shape == SCALAR else ir.mul(value, ir.const(1.0, shape))
+
+
+def _fold_sum(c, shape, axis):
+    out, n = _reduced(shape, axis)
+    return _filled(_ir().mul(_c(c), n), out)
+
+
+def _fold_logsumexp(c, shape, axis):  # log(n eᶜ) = c + log n
+    out, n = _reduced(shape, axis)
+    return _filled(_ir().add(_c(c), _ir().func("log", n)), out)
+
+
+def _fold_softmax(c, shape, axis):  # eᶜ/(n eᶜ) = 1/n
+    n = count(shape) if axis is None else axis_count(shape, axis)
+    return _ir().div(_ir().const(1.0, shape), n)
 
 
 def elementwise(name, derivative, rule, fold, numpy, *, latex=None, domain=None, letter=None,
@@ -689,17 +720,20 @@ def _cube_cost(n, size):
 
 register(Op("sum", axis_rule(False), params=("axis",), params_optional=True, jvp=_jvp_linear,
             rule="d sum(A) = sum(dA)", transpose=_t_sum, numpy=_np_axis_template(_np_sum, _np_sum_axis),
+            fold_const=_fold_sum,
             latex=_tex_axis("\\operatorname{sum}"),
             torch=_fw_sum, jax=_fw_sum,
             vec=_vec_form_rule("sum")))
 register(Op("mean", axis_rule(False), params=("axis",), params_optional=True, jvp=_jvp_linear,
             rule="d mean(A) = mean(dA)", transpose=_t_mean, numpy=_np_axis_template(_np_mean, _np_mean_axis),
             latex=_tex_axis("\\operatorname{mean}"), scalar_form=lambda a, attr: a,
+            fold_const=lambda c, shape, axis: _filled(_c(c), _reduced(shape, axis)[0]),
             torch=_fw_mean, jax=_fw_mean,
             vec=_vec_form_rule("mean")))
 register(Op("tr", square_to(lambda s: SCALAR), jvp=_jvp_linear, rule="d tr(A) = tr(dA)",
             transpose=lambda n, c, lin: ([(0, _ir().mul(c, _ir().eye(n.args[0].shape[0])))], "frob_trace"),
             numpy="np.trace({0})", latex="\\operatorname{tr}", aliases=("trace", "Tr"), scalar_form=lambda a, attr: a,
+            fold_const=lambda c, shape, axis: _ir().mul(_c(c), count((shape[0], 1))),
             torch="torch.trace({0})", jax="jnp.trace({0})",
             vec=_vec_form_rule("tr")))
 register(Op("det", square_to(lambda s: SCALAR), jvp=lambda e, d: _ir().mul(e, _tr_inv_dx(e.args[0], d[0])),
@@ -719,10 +753,12 @@ register(Op("inv", square_to(lambda s: s), jvp=lambda e, d: _ir().neg(_ir().matm
 register(Op("diag", _diag_rule, jvp=_jvp_linear, view=True, rule="d diag(A) = diag(dA)",
             transpose=lambda n, c, lin: ([(0, _ir().func("Diag", c))], "frob_diag"), numpy="np.diag({0})",
             latex="\\operatorname{diag}", scalar_form=lambda a, attr: a,
+            fold_const=lambda c, shape, attr: _ir().const(c, (shape[0], 1)),
             torch="torch.diagonal({0})", jax="jnp.diagonal({0})"))
 register(Op("Diag", _Diag_rule, jvp=_jvp_linear, rule="d Diag(a) = Diag(da)",
             transpose=lambda n, c, lin: ([(0, _ir().func("diag", c))], "frob_Diag"), numpy="np.diag({0})",
             latex="\\operatorname{Diag}", scalar_form=lambda a, attr: a,
+            fold_const=lambda c, shape, attr: _ir().mul(_c(c), _ir().eye(shape[0])),
             torch="torch.diag({0})", jax="jnp.diag({0})"))
 register(Op("norm2", to_scalar, jvp=lambda e, d: _ir().frob(_ir().div(e.args[0], e), d[0]),
             rule="d‖x‖ = (x/‖x‖):dx", numpy="_norm2({0})", helpers=("_norm2",),
@@ -733,13 +769,13 @@ register(Op("norm1", to_scalar, jvp=lambda e, d: _ir().frob(_ir().func("sign", e
             latex=lambda p, e: (f"\\left\\|{p.p(e.args[0])[0]}\\right\\|_{{1}}", 7), smooth=False,
             torch=_fw_norm1, jax=_fw_norm1))
 register(Op("logsumexp", axis_rule(False), params=("axis",), params_optional=True, jvp=_jvp_logsumexp,
-            rule="d logsumexp(X) = softmax(X):dX",
+            rule="d logsumexp(X) = softmax(X):dX", fold_const=_fold_logsumexp,
             numpy=_np_axis_template(lambda em, n, a: (em.helpers.add("_logsumexp"), f"_logsumexp({a[0]})")[1],
                                     _np_lse_axis),
             latex=_tex_axis("\\operatorname{logsumexp}"),
             torch=_fw_logsumexp, jax=_fw_logsumexp))
 register(Op("softmax", axis_rule(True, vector_only_without_axis=True), params=("axis",), params_optional=True,
-            jvp=_jvp_softmax, rule="d softmax(x) = s∘(dx − (s:dx)1)", letter="s",
+            jvp=_jvp_softmax, rule="d softmax(x) = s∘(dx − (s:dx)1)", letter="s", fold_const=_fold_softmax,
             numpy=_np_axis_template(lambda em, n, a: (em.helpers.add("_softmax"), f"_softmax({a[0]})")[1],
                                     _np_softmax_axis),
             latex=_tex_axis("\\operatorname{softmax}"),

@@ -415,18 +415,27 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
             pass
     if a.shape == SCALAR and op.scalar_form is not None:  # det(β) = β, inv(β) = 1/β, …
         return op.scalar_form(a, attr)
-    if name in ("sum", "mean") and a.op == "const":  # sum(c1) = c·(its size), along an axis too
-        shape = SCALAR if attr is None else ((1, a.shape[1]) if attr == 0 else (a.shape[0], 1))
-        if name == "mean":
-            return const(a.attr, shape)
-        n = count(a.shape) if attr is None else count((a.shape[0], 1) if attr == 0 else (1, a.shape[1]))
-        return s_mul(const(a.attr), n, const(1.0, shape)) if shape != SCALAR else s_mul(const(a.attr), n)
-    if name in ("sum", "tr", "mean") and a.shape == SCALAR:
+    if a.shape == SCALAR and name in ("sum", "tr", "mean"):
         return a
-    if name in ("sum", "tr", "mean") and a.op == "mul":  # sum(βX) = β sum(X)
-        sc, arr = _split_scalars(a)
-        if sc and arr.shape == a.shape:
-            return s_mul(*sc, s_func(name, arr, attr=attr))
+    if a.op == "const" and op.fold_const is not None:  # sum(c1) = c·(its size), Diag(c1) = cI, …
+        return simplify(op.fold_const(a.attr, a.shape, attr))
+    if op.fold_const is not None and op.nargs == 1 and name not in ("logsumexp", "softmax"):
+        # linear: sum(βX) = β sum(X), Diag(X/β) = Diag(X)/β (then c1 folds: sum(1/n) = 1)
+        if a.op == "mul":
+            sc, arr = _split_scalars(a)
+            if sc and arr.shape == a.shape and (name in ("sum", "tr", "mean") or arr.op == "const"):
+                return s_mul(*sc, s_func(name, arr, attr=attr))
+        if a.op == "div" and a.args[1].shape == SCALAR and (name in ("sum", "tr", "mean")
+                                                            or a.args[0].op == "const"):
+            return s_div(s_func(name, a.args[0], attr=attr), a.args[1])
+    if a.op == "eye" and name in ("sum", "tr", "mean"):  # sum(I) = tr(I) = n, mean(I) = 1/n
+        n = count((a.shape[0], 1))
+        if attr is not None:
+            return ir.func(name, a, attr=attr)
+        return s_div(const(1.0), n) if name == "mean" else n
+    if name == "sum" and attr is not None and a.op == "matmul" and a.args[0].shape[1] == 1:
+        u, v = a.args  # an outer product u vᵀ: along its rows u sum(v), along its columns sum(u) vᵀ
+        return s_mul(u, s_func("sum", v)) if attr == 1 else s_mul(s_func("sum", u), v)
     if attr is not None or op.nargs != 1:
         return ir.func(name, a, attr=attr)
     if name == "tr" and a.op == "T":
@@ -438,8 +447,6 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
             return a
     if name == "diag" and a.op == "Diag":
         return a.args[0]
-    if name == "Diag" and a.op == "const":  # Diag(c1) = cI
-        return s_mul(const(a.attr), ir.eye(a.shape[0]))
     if name == "log":
         if a.op == "exp":
             return a.args[0]

@@ -100,6 +100,14 @@ def test_printed_text_reparses(case, seed):
     ("sum(inv(X))", "X", None),              # inv(X).T@1@1.T@inv(X).T: a matrix of ones in a product
     ("sum(Diag(x)@Diag(x))", "x", None),     # Diag(x)@1@1.T + 1@(1.T@Diag(x))
     ("3*sum(inv(X)) + sum(A@X@B)", "X", {"A": ("m", "n"), "B": ("n", "p")}),
+    # a constant array reduced: its count (sum(1/size(x, 0)) read back as 1/n, not 1)
+    ("mean(x + alpha)", "alpha", None),
+    ("tr(A + alpha)", "alpha", {"A": ("n", "n")}),              # sum(I) = n
+    ("alpha*logsumexp(X - X)", "alpha", None),                  # logsumexp(0) = log(size)
+    ("sum(logsumexp(W - W, 1)*y**2)", "y", {"W": ("a", "b"), "y": ("a",)}),
+    ("alpha*sum(softmax(X - X, 1))", "alpha", None),
+    ("mean(diag(A))", "A", {"A": ("n", "n")}),                  # Diag(1/n) is I/n
+    ("(sum(x + A, 1)@(2*y**2)) - alpha", "x", None),  # sum(y**2@1.T, 1): an outer product summed
 ])
 def test_known_forms_reparse(expr, wrt, shapes):
     d = matcalc.derive(expr, wrt=wrt, shapes=shapes)
