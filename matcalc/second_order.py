@@ -22,7 +22,7 @@ from .api import MAX_TREE
 from .adjoint import Step, pullback
 from .differential import differential
 from .errors import DeriveError, NotationWarning, ShapeError, not_in_expression
-from .naming import shared_names, tree_size
+from .naming import definitions_in_order, shared_names, tree_size
 from .printing import tex_name, to_latex, to_text
 from .simplify import simplify, stabilize
 
@@ -181,6 +181,27 @@ class _LinearMap:
     @cached_property
     def text(self) -> str:
         return to_text(self._shown, self._user_names, self._dims)
+
+    def _named_parts(self, roots, names: dict, latex: bool = False) -> list:
+        """[(name, its value printed)] for the named parts (u1, u2, … of a map too large to
+        write out, the names of definitions=) that the roots use, each after those it uses."""
+        used = {n for r in roots for n in ir.walk(r) if n in names}
+        sub = {n: name for n, name in names.items() if n in used}
+        if latex:
+            return [(tex_name(name), to_latex(node, {k: v for k, v in names.items() if k is not node}))
+                    for name, node in definitions_in_order(sub)]
+        return [(name, to_text(node, {k: v for k, v in names.items() if k is not node}, self._dims))
+                for name, node in definitions_in_order(sub)]
+
+    @property
+    def definitions(self) -> dict:
+        """The names ``text`` and ``latex`` use for parts of the map: name -> value as text."""
+        return dict(self._named_parts([self._shown], self._user_names))
+
+    def _definition_lines(self) -> list:
+        """The definitions the steps and the map use, a line each."""
+        roots = [self._shown] + [st.after for st in self.steps]
+        return [f"{name} = {value}" for name, value in self._named_parts(roots, self._step_names)]
 
     @cached_property
     def latex(self) -> str:
@@ -488,7 +509,8 @@ class _LinearMap:
                "numpy_source": self.numpy_source,
                "steps": [{"before": to_text(s.before, self._step_names, self._dims),
                           "after": to_text(s.after, self._step_names, self._dims), "identity": s.identity}
-                         for s in self.steps]}
+                         for s in self.steps],
+               "definitions": self.definitions}
         if check is not None:
             out["check"] = check.to_dict()
         return out
@@ -497,7 +519,8 @@ class _LinearMap:
     def steps_latex(self) -> str:
         from .api import _tex_escape
 
-        rows = []
+        roots = [self._shown] + [st.after for st in self.steps]
+        rows = [f"{name} &= {value}" for name, value in self._named_parts(roots, self._step_names, latex=True)]
         for i, (lhs, st) in enumerate(zip(self._step_lhs_latex(), self.steps)):
             note = st.identity_latex or f"\\text{{{_tex_escape(st.identity)}}}"
             rows.append(f"{lhs} &= {to_latex(st.after, self._step_names)} && {note}")
@@ -511,6 +534,8 @@ class _LinearMap:
 
     def _repr_markdown_(self):
         out = f"$${self._head_latex()}$$\n\n"
+        for name, value in self._named_parts([self._shown], self._user_names, latex=True):
+            out += f"$${name} = {value}$$\n\n"
         if self.kron_latex is not None:
             out += f"$${self._vec_lhs_latex()} = {self.kron_latex}$$\n\n"
         out += (f"dense: {self.matrix_shape[0]} × {self.matrix_shape[1]}, column-major vec order\n\n"
@@ -597,6 +622,7 @@ class Jacobian(_LinearMap):
 
     def derivation_lines(self) -> list[str]:
         lines = [f"F = {to_text(self.F, self._user_names, self._dims)}    ({_describe(self.out_node.shape)})"]
+        lines += self._definition_lines()
         for i, st in enumerate(self.steps):
             prefix = "dF = " if i == 0 else "   = "
             lines.append(f"{prefix}{to_text(st.after, self._step_names, self._dims)}    [{st.identity}]")
@@ -748,6 +774,7 @@ class Hessian(_LinearMap):
 
     def derivation_lines(self) -> list[str]:
         lines = [f"λ = {to_text(self.lam, self._user_names, self._dims)}"]
+        lines += self._definition_lines()
         for i, st in enumerate(self.steps):
             prefix = "dλ = " if i == 0 else ("d²λ = " if i == 1 else "    = ")
             lines.append(f"{prefix}{to_text(st.after, self._step_names, self._dims)}    [{st.identity}]")
@@ -1027,10 +1054,8 @@ def json_object(r, report=None, key=None, notes=(), backend: str = "numpy") -> d
     """What ``matcalc hessian|jacobian --json`` prints for one variable (block): ``r.to_dict``
     plus the LaTeX of the left-hand sides (``lhs_latex``: H[dW] or dF; ``vec_lhs_latex``),
     ``wrt_latex``, the derivation as LaTeX (``steps_latex``) and text lines (``derivation``),
-    ``notes`` (the Jacobian of a scalar) when there are any, and ``<backend>_source`` for
-    ``--backend`` torch or jax. Non-finite numbers of the check become null (strict JSON)."""
-    import math
-
+    ``notes`` (the Jacobian of a scalar) when there are any, ``definitions_latex`` (the names
+    the map uses, as LaTeX) and ``<backend>_source`` for ``--backend`` torch or jax."""
     obj = r.to_dict(report)
     if backend != "numpy":
         obj[f"{backend}_source"] = r.source(backend)
@@ -1041,12 +1066,9 @@ def json_object(r, report=None, key=None, notes=(), backend: str = "numpy") -> d
     obj["vec_lhs_latex"] = r._vec_lhs_latex()
     obj["steps_latex"] = r.steps_latex
     obj["derivation"] = r.derivation_lines()
+    obj["definitions_latex"] = dict(r._named_parts([r._shown], r._user_names, latex=True))
     if notes:
         obj["notes"] = list(notes)
-    check = obj.get("check")
-    if isinstance(check, dict):
-        obj["check"] = {k: None if isinstance(v, float) and not math.isfinite(v) else v
-                        for k, v in check.items()}
     return obj
 
 
@@ -1088,6 +1110,7 @@ def run_cli(args) -> int:
         else:
             lhs = f"H[d{r.wrt}]" if r.kind == "hessian" else "dF"
             out.append(f"{lhs} = {r.text}")
+            out.extend(f"  where {name} = {value}" for name, value in r.definitions.items())
             if args.kron:
                 out.append(f"vec form: {r.kron}" if r.kron is not None
                            else "vec form: none (no Kronecker/vec expression for this map)")

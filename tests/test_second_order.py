@@ -522,3 +522,26 @@ def test_second_order_text_sizes_read_back():
     X, V = rng.standard_normal((3, 4)), rng.standard_normal((3, 4))
     d = matcalc.derive(f"({h.text}):Z", "Z", shapes={"X": ("a", "b"), "dX": ("a", "b"), "Z": ("a", "b")})
     np.testing.assert_allclose(d.function(X=X, dX=V, Z=V), 2 * V / 12, rtol=1e-12)
+
+
+def test_a_map_too_large_to_write_out_defines_its_names():
+    # over MAX_TREE nodes written out: the text names shared parts u1, u2, … and defines them;
+    # read back with those definitions it gives the same H[V]
+    import re
+    import warnings
+
+    expr = "det(3*I + 0.3*tanh(X@X/(2 + cos(X/(2 + cos(X))))))"
+    h = matcalc.hessian(expr, "X", shapes={"X": ("n", "n")})
+    used = set(re.findall(r"\bu\d+\b", h.text + " ".join(h.definitions.values())))
+    assert used and used <= set(h.definitions)
+    assert h.to_dict()["definitions"] == h.definitions
+    steps = "\n".join(h.derivation_lines())
+    defined = {line.split(" = ")[0] for line in h.derivation_lines() if re.match(r"u\d+ = ", line)}
+    assert set(re.findall(r"\bu\d+\b", steps)) <= defined
+    rng = np.random.default_rng(0)
+    X, V = 0.3 * rng.standard_normal((3, 3)), rng.standard_normal((3, 3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", matcalc.NotationWarning)
+        back = matcalc.jacobian(h.text, "dX", shapes={"X": ("n", "n"), "dX": ("n", "n")},
+                                definitions=h.definitions)
+    assert np.allclose(back.value_function(X=X, dX=V), h.hvp(V, X=X), rtol=1e-12, atol=1e-12)

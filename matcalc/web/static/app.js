@@ -235,6 +235,12 @@
   function renderSecondOrder(card, obj, mode) {
     // H[dW] or dF typeset, its vec (Kronecker) form, the dense matrix's shape
     tex(card.querySelector(".result"), `${obj.lhs_latex} = ${obj.latex}`);
+    const where = Object.entries(obj.definitions_latex || {}).map(([k, v]) => `${k} = ${v}`).join(",\\; ");
+    if (where) {  // the names (u1, u2, …) of shared parts of a map too large to write out
+      const short = card.querySelector(".short");
+      tex(short, `\\text{where } ${where}`);
+      short.hidden = false;
+    }
     const vec = card.querySelector(".vec");
     if (obj.kron_latex) {
       tex(vec, `${obj.vec_lhs_latex} = ${obj.kron_latex}`);
