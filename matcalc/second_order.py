@@ -211,7 +211,7 @@ class _LinearMap:
     def _factored(self):
         """A@dW@B.T when dW occurs several times in the map but its vec form is one Kronecker
         product B ⊗ A (dp = (Diag(p) - p@p.T)@dW@x), else None."""
-        from .simplify import s_matmul, s_mul, s_T
+        from .simplify import const, ones_multiple, s_matmul, s_mul, s_T
         from .vecform import Kron, _is_one
 
         L, vf = self.linear, self._vec
@@ -225,9 +225,13 @@ class _LinearMap:
         if k.A.shape[1] != dW.shape[0] or not (_is_one(k.B) and dW.shape[1] == 1
                                                  or k.B.shape[1] == dW.shape[1]):
             return None
-        out = s_matmul(k.A, dW)
+        # a multiple of a matrix of ones stays one (s 1 1ᵀ dW): as a bare number it would read back
+        # as a scalar
+        sa = ones_multiple(k.A)
+        out = s_matmul(k.A, dW) if sa is None else s_mul(sa, s_matmul(const(1.0, k.A.shape), dW))
         if not _is_one(k.B):
-            out = s_matmul(out, s_T(k.B))
+            sb = ones_multiple(k.B)
+            out = s_matmul(out, s_T(k.B)) if sb is None else s_mul(sb, s_matmul(out, const(1.0, k.B.shape[::-1])))
         out = simplify(s_mul(c, out))
         if out.shape != L.shape:
             if out.shape[::-1] == L.shape and 1 in L.shape:

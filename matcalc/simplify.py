@@ -249,6 +249,26 @@ def _split_scalars(e: Expr):
     return sc, (arr[0] if len(arr) == 1 else s_mul(*arr))
 
 
+def ones_multiple(e: Expr):
+    """s (a scalar expression) if the array e is s times an array of ones (c1, β(c1)/γ, a sum
+    of such terms), else None: e·X is then s (1 1ᵀ X), which prints with its ones."""
+    if e.shape == SCALAR:
+        return None
+    if e.op == "const":
+        return const(e.attr)
+    if e.op == "mul":
+        sc, arr = _split_scalars(e)
+        inner = ones_multiple(arr) if sc and arr.shape == e.shape else None
+        return None if inner is None else s_mul(*sc, inner)
+    if e.op == "div" and e.args[1].shape == SCALAR:
+        inner = ones_multiple(e.args[0])
+        return None if inner is None else s_div(inner, e.args[1])
+    if e.op == "add":
+        parts = [ones_multiple(t) for t in e.args]
+        return None if any(p is None for p in parts) else s_add(*parts)
+    return None
+
+
 def s_matmul(a: Expr, b: Expr) -> Expr:
     shape = (a.shape[0], b.shape[1])
     if is_zero(a) or is_zero(b):

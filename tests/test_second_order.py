@@ -545,3 +545,23 @@ def test_a_map_too_large_to_write_out_defines_its_names():
         back = matcalc.jacobian(h.text, "dX", shapes={"X": ("n", "n"), "dX": ("n", "n")},
                                 definitions=h.definitions)
     assert np.allclose(back.value_function(X=X, dX=V), h.hvp(V, X=X), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("expr", ["log(1 + sum(x)**2)", "1/(1 + sum(x)**2)", "exp(-sum(x))/(1 + sum(x))"])
+def test_a_multiple_of_a_matrix_of_ones_keeps_its_ones_in_the_text(expr):
+    # H = c 1 1ᵀ: the text said c@dx (a scalar times dx, refused on reading) for c*(1@(1.T@dx))
+    import warnings
+
+    h = matcalc.hessian(expr, "x", shapes={"x": ("n",)})
+    rng = np.random.default_rng(2)
+    x, V = 0.3 * rng.standard_normal(4), rng.standard_normal(4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", matcalc.NotationWarning)
+        back = matcalc.jacobian(h.text, "dx", shapes={"x": ("n",), "dx": ("n",)})
+    got = back.value_function(x=x, dx=V)
+    s = np.sum(x)
+    f = {"log(1 + sum(x)**2)": lambda t: np.log(1 + t ** 2), "1/(1 + sum(x)**2)": lambda t: 1 / (1 + t ** 2),
+         "exp(-sum(x))/(1 + sum(x))": lambda t: np.exp(-t) / (1 + t)}[expr]
+    eps = 1e-4  # H[V] = f''(sum x) sum(V) 1, f'' by central differences
+    f2 = (f(s + eps) - 2 * f(s) + f(s - eps)) / eps ** 2
+    assert np.allclose(got, f2 * np.sum(V) * np.ones(4), rtol=1e-5)
