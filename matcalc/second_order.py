@@ -50,6 +50,11 @@ def _check_wrt(typed, wrt):
     if "d" + wrt in typed.symbols:
         raise DeriveError(f"the symbol d{wrt} would read as the differential of {wrt} in the result "
                           f"(d{wrt} is reserved there): rename it")
+    if wrt in (typed.definitions or {}) and wrt not in typed.symbols:
+        raise DeriveError(f"{wrt} is a definition, not a variable: Hessians and Jacobians are taken "
+                          f"with respect to the expression's symbols ({', '.join(typed.symbols)}); leave out "
+                          f"{wrt}'s definition, so that {wrt} is a symbol, to ask about {wrt} itself "
+                          f"(derive takes ∂λ/∂{wrt} of a definition, its inputs held fixed)")
     if wrt not in typed.symbols:
         raise not_in_expression(wrt, typed.symbols)
 

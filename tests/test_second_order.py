@@ -565,3 +565,9 @@ def test_a_multiple_of_a_matrix_of_ones_keeps_its_ones_in_the_text(expr):
     eps = 1e-4  # H[V] = f''(sum x) sum(V) 1, f'' by central differences
     f2 = (f(s + eps) - 2 * f(s) + f(s - eps)) / eps ** 2
     assert np.allclose(got, f2 * np.sum(V) * np.ones(4), rtol=1e-5)
+
+
+@pytest.mark.parametrize("fn,expr", [(matcalc.hessian, "sum(exp(z))"), (matcalc.jacobian, "exp(z)")])
+def test_wrt_a_definition_is_refused_as_one(fn, expr):
+    with pytest.raises(matcalc.DeriveError, match="z is a definition, not a variable.*W, x"):
+        fn(expr, wrt="z", definitions={"z": "W@x"})
