@@ -33,10 +33,11 @@ class CheckReport:
 
     def __str__(self):
         verdict = "ok" if self.ok else "FAILED"
-        sizes = ", ".join(f"{k}={v}" for k, v in self.sizes.items()) or "none"
+        sizes = ("sizes " + ", ".join(f"{k}={v}" for k, v in self.sizes.items()) if self.sizes
+                 else "the declared sizes")  # (every dimension given as a number)
         return (f"check {verdict}: max relative error {self.max_rel_error:.2e} "
                 f"(tolerance {self.tolerance:.0e}) over {self.entries_checked} finite differences, "
-                f"{self.draws} random draws, sizes {sizes}" + (f"; {self.message}" if self.message else ""))
+                f"{self.draws} random draws, {sizes}" + (f"; {self.message}" if self.message else ""))
 
     def to_dict(self):
         return {"ok": self.ok, "max_rel_error": self.max_rel_error, "tolerance": self.tolerance,
