@@ -64,9 +64,3 @@ def test_a_singular_matrix_at_the_values_is_named_so(capsys):
     code, out, err = run(capsys, "derive", "logdet(X)", "--wrt", "X", "--at", "X=[[1,2],[2,4]]")
     assert code == 2 and not out.strip()
     assert "singular" in err and "logdet(X)" in err and "shape error" not in err
-
-
-def test_a_check_at_declared_numeric_sizes_says_so(capsys):
-    code, out, _ = run(capsys, "derive", "sum(exp(W@x))", "--wrt", "W", "--shape", "W=3,4", "--shape", "x=4",
-                       "--check")
-    assert code == 0 and out.rstrip().endswith("2 random draws, the declared sizes")

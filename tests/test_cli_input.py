@@ -125,3 +125,9 @@ def test_json_is_strict_when_a_value_overflows(capsys):
     assert _strict(out)["value"] == [[None, pytest.approx(np.e)]]
     code, out, _ = run(capsys, "hessian", "sum(exp(x))", "--wrt", "x", "--shape", "x=n", "--check", "--json")
     assert code == 0 and _strict(out.splitlines()[0])["wrt"] == "x"
+
+
+def test_a_check_at_declared_numeric_sizes_says_so(capsys):
+    code, out, _ = run(capsys, "derive", "sum(exp(W@x))", "--wrt", "W", "--shape", "W=3,4", "--shape", "x=4",
+                       "--check")
+    assert code == 0 and out.rstrip().endswith("2 random draws, the declared sizes")
