@@ -212,6 +212,15 @@ def s_mul(*fs: Expr) -> Expr:
             if d in rest:
                 rest.remove(d)
                 denominators.remove(d)
+            elif d.op == "mul" and d.shape == SCALAR and any(f in rest for f in d.args):
+                kept = list(d.args)  # n∘y⊘(n∘m) = y⊘m, for scalar factors (sizes)
+                for f in d.args:
+                    if f in rest:
+                        rest.remove(f)
+                        kept.remove(f)
+                denominators.remove(d)
+                if kept:
+                    denominators.append(s_mul(*kept))
         if not denominators:
             return s_mul(const(c), *rest) if rest else const(c, shape)
         num = s_mul(*rest) if rest else const(1.0)

@@ -36,3 +36,13 @@ def test_half_in_latex():
         d = matcalc.derive(expr, wrt="y")
         d2 = matcalc.derive("0.5*(exp(W@x) - W@x):1", wrt="W")
         assert "0.5" not in d2.latex and "\\tfrac{1}{2}" in d2.latex
+
+
+def test_sizes_cancel_in_a_quotient():
+    # mean(A - xᵀ) wrt x: -a/(a b) per entry, which is -1/b
+    d = matcalc.derive("mean(A - x.T)", wrt="x", shapes={"A": ("a", "b"), "x": ("b",)})
+    assert d.text == "-1/size(A, 1)"
+    rng = np.random.default_rng(2)
+    g = d.function(A=rng.standard_normal((3, 4)), x=rng.standard_normal(4))
+    assert np.allclose(g, -np.ones(4) / 4)
+    assert matcalc.derive("mean(x)*size(x, 0)", wrt="x").text == "1"
