@@ -448,7 +448,7 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
         return a
     if a.op == "const" and op.fold_const is not None:  # sum(c1) = c·(its size), Diag(c1) = cI, …
         return simplify(op.fold_const(a.attr, a.shape, attr))
-    if op.fold_const is not None and op.nargs == 1 and name not in ("logsumexp", "softmax"):
+    if op.fold_const is not None and op.transpose is not None and op.nargs == 1:
         # linear: sum(βX) = β sum(X), Diag(X/β) = Diag(X)/β (then c1 folds: sum(1/n) = 1)
         if a.op == "mul":
             sc, arr = _split_scalars(a)
