@@ -398,8 +398,8 @@ elementwise("relu", lambda x, y: _ir().func("step", x), "d relu(X) = step(X)∘d
             sympy=lambda t: _sp().Max(t, 0))
 elementwise("step", lambda x, y: None, "d step(X) = 0 (almost everywhere)",
             lambda v: 1.0 if v > 0 else 0.0, "np.heaviside({0}, 0.0)", letter="h", smooth=False,
-            torch="torch.heaviside({0}, torch.zeros_like({0}))", jax="jnp.heaviside({0}, 0.0)",
-            sympy=lambda t: _sp().Heaviside(t, 0))
+            torch="torch.sign(torch.relu({0}))", jax="jnp.heaviside({0}, 0.0)",
+            sympy=lambda t: _sp().Heaviside(t, 0))  # (torch: heaviside has no derivative, sign(relu) has)
 elementwise("abs", lambda x, y: _ir().func("sign", x), "d |X| = sign(X)∘dX", abs, "np.abs({0})",
             latex=lambda p, e: (f"\\left|{p.p(e.args[0])[0]}\\right|", 7), letter="u", smooth=False,
             torch="torch.abs({0})", jax="jnp.abs({0})",

@@ -140,6 +140,18 @@ def test_torch_second_derivatives_through_the_op():
     assert torch.autograd.gradgradcheck(lambda X, W: g(X=X, W=W), (X, W))
 
 
+@pytest.mark.parametrize("expr", ["sum(relu(x))", "sum(relu(x)*exp(x))", "mean(relu(x)) + sum(step(x)*x**2)"])
+def test_torch_second_derivatives_through_relu_and_step(expr):
+    # their derivative is a step, which torch.heaviside computed: it has no derivative of its own
+    torch = pytest.importorskip("torch")
+    f = matcalc.op(expr, backend="torch")
+    x = torch.tensor([0.7, -1.3, 0.4, -0.2, 1.9], dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradgradcheck(lambda x: f(x=x), (x,))
+    g, = torch.autograd.grad(f(x=x), x, create_graph=True)
+    (g * x).sum().backward()  # (what failed)
+    assert x.grad is not None and torch.isfinite(x.grad).all()
+
+
 def test_jax_reverse_over_reverse_through_the_op():
     jax = pytest.importorskip("jax")
     import jax.numpy as jnp
