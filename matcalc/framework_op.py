@@ -60,14 +60,17 @@ class MatcalcOp:
         self.derivations = derive(f"{gname}:({expr})", wrt=self.names, shapes=vshapes,
                                   definitions=definitions)
         first = self.derivations[self.names[0]]
+        # an input declared with a size-1 dimension may come in that shape or squeezed (as in
+        # derive's functions); F is in its user shape (a column is 1-D), each gradient in its input's
         fwd_src, fparams = backends.function_source(
             backend, "forward", [simplify(stabilize(typed.expr))], self.names, typed.symbols,
-            f"the value of {expr}")
+            f"the value of {expr}", declared=self.user_shapes)
         vjp_names = self.names + [gname]
         vjp_src, vparams = backends.function_source(
             backend, "vjp", [self.derivations[n].gradient for n in self.names], vjp_names, first.symbols,
             f"the gradients of {gname}:F for every input, F = {expr}",
-            returns=lambda rs: "(" + ", ".join(rs) + ("," if len(rs) == 1 else "") + ")")
+            returns=lambda rs: "(" + ", ".join(rs) + ("," if len(rs) == 1 else "") + ")",
+            declared=vshapes, shaped_like=self.names)
         self.source = backends.module_source(backend, [fwd_src, vjp_src])
         self._forward = backends.compile_function(backend, self.source, "forward")
         self._vjp = backends.compile_function(backend, self.source, "vjp")

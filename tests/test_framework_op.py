@@ -163,3 +163,35 @@ def test_jax_reverse_over_reverse_through_the_op():
     H1 = jit(jax.jacrev(jax.grad(lambda X: f(X=X, W=W))))(X)
     H2 = jit(jax.hessian(lambda X: jnp.sum(jnp.cos(X @ W)) + jnp.linalg.slogdet(X @ X.T)[1]))(X)
     np.testing.assert_allclose(H1, H2, rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_inputs_declared_with_a_size_one_dimension(backend):
+    # c declared (b, 1) may come as a column or 1-D, r declared (1, b) as a row: each gradient
+    # comes back in the shape its input came in, equal to the framework's own
+    pytest.importorskip(backend)
+    shapes = {"W": ("a", "b"), "c": ("b", 1), "r": (1, "a")}
+    expr = "r@tanh(W@c)"
+    rng = np.random.default_rng(6)
+    W, c, r = rng.standard_normal((3, 4)), rng.standard_normal((4, 1)), rng.standard_normal((1, 3))
+    f = matcalc.op(expr, backend=backend, shapes=shapes)
+    for cc in (c, c[:, 0]):
+        if backend == "torch":
+            import torch
+
+            args = [torch.tensor(v, requires_grad=True) for v in (W, cc, r)]
+            f(W=args[0], c=args[1], r=args[2]).sum().backward()
+            got = [a.grad.numpy() for a in args]
+            want_args = [torch.tensor(v, requires_grad=True) for v in (W, cc, r)]
+            (want_args[2] @ torch.tanh(want_args[0] @ want_args[1].reshape(4, 1))).sum().backward()
+            want = [a.grad.numpy() for a in want_args]
+        else:
+            import jax
+            import jax.numpy as jnp
+
+            jax.config.update("jax_enable_x64", True)
+            got = jax.grad(lambda W, c, r: jnp.sum(f(W=W, c=c, r=r)), argnums=(0, 1, 2))(W, cc, r)
+            want = jax.grad(lambda W, c, r: jnp.sum(r @ jnp.tanh(W @ c.reshape(4, 1))), argnums=(0, 1, 2))(W, cc, r)
+        for g, w, given in zip(got, want, (W, cc, r)):
+            assert np.shape(g) == np.shape(given)
+            assert np.allclose(np.asarray(g), np.asarray(w))
