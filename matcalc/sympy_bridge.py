@@ -95,6 +95,10 @@ class _ToSympy:
             return a.multiply_elementwise(b)
         return sp.HadamardProduct(a, b)
 
+    def axis_sum(self, v, shape, axis):
+        """The sums of v (an IR shape) along an axis: a row of column sums, or a column of row sums."""
+        return self.ones((1, shape[0])) * v if axis == 0 else v * self.ones((shape[1], 1))
+
     def total(self, v):
         if not _is_matrix(v):
             return v
@@ -177,10 +181,19 @@ class _ToSympy:
                 sp.Mul(*(dim_symbol(self.sizes.get(f, f)) for f in ir.dim_factors(n.attr)))
         v = a[0]
         if op in ("sum", "mean") and n.attr is not None and _is_matrix(v):
-            X = n.args[0]  # along an axis: a row of column sums, or a column of row sums
-            r, c = self.shape(X.shape)
-            out = self.ones((1, X.shape[0])) * v if n.attr == 0 else v * self.ones((X.shape[1], 1))
+            r, c = self.shape(n.args[0].shape)
+            out = self.axis_sum(v, n.args[0].shape, n.attr)
             return out if op == "sum" else out / (r if n.attr == 0 else c)
+        if op in ("logsumexp", "softmax") and n.attr is not None and _is_matrix(v):
+            X = n.args[0]
+            e = self.elementwise(sp.exp, v, X.shape)
+            sums = self.axis_sum(e, X.shape, n.attr)
+            if op == "logsumexp":
+                return self.elementwise(sp.log, sums, shape)
+            # each entry over the sum of its column (axis 0) or row (axis 1)
+            spread = self.ones((X.shape[0], 1)) * sums if n.attr == 0 else sums * self.ones((1, X.shape[1]))
+            inv = spread.applyfunc(lambda t: 1 / t) if explicit else sp.HadamardPower(spread, -1)
+            return self.hadamard(e, inv, X.shape)
         if op == "mean" and _is_matrix(v):
             r, c = self.shape(n.args[0].shape)
             return self.total(v) / (r * c)
@@ -220,7 +233,7 @@ class _ToSympy:
             return self.total(self.elementwise(sp.Abs, v, n.args[0].shape))
         if op == "logsumexp":
             return sp.log(self.total(self.elementwise(sp.exp, v, n.args[0].shape)))
-        if op == "softmax":
+        if op in ("softmax", "softmax_all"):  # (softmax_all: over every entry of a matrix)
             e = self.elementwise(sp.exp, v, shape)
             return (1 / self.total(e)) * e
         raise DeriveError(f"the operation {op!r} has no SymPy form")
