@@ -351,7 +351,22 @@ class _FromSympy:
         self.shapes[name] = shape
 
     def unknown(self, e):
+        if isinstance(e, sp.OneMatrix):
+            raise DeriveError(f"the SymPy node OneMatrix({e.shape[0]}, {e.shape[1]}) has no matcalc "
+                              "equivalent outside a matrix product (matcalc's ones take their size from it)")
         raise DeriveError(f"the SymPy node {type(e).__name__} ({e}) has no matcalc equivalent")
+
+    def chain(self, mats) -> str:
+        """A matrix product as text.  A matrix of ones J = 1 1ᵀ in it is written as its two
+        vectors, each sized by its neighbour: A J B as A@1@(1.T@B)."""
+        for k, a in enumerate(mats):
+            if isinstance(a, sp.OneMatrix) and a.shape[0] != 1 and a.shape[1] != 1:
+                left = self.chain(mats[:k]) + "@1" if k else "1"
+                right = "(1.T@" + self.chain(mats[k + 1:]) + ")" if k + 1 < len(mats) else "1.T"
+                if not k and k + 1 == len(mats):
+                    self.unknown(a)  # alone, nothing would give 1 and 1.T their sizes
+                return f"{left}@{right}"
+        return "@".join(_wrap(self.text(a)) for a in mats)
 
     def text(self, e) -> str:  # noqa: C901 - one branch per node type
         from sympy.matrices.expressions.hadamard import HadamardPower
@@ -374,8 +389,9 @@ class _FromSympy:
             return "exp(1.0)"
         if isinstance(e, sp.Identity):
             return "I"
-        if isinstance(e, sp.OneMatrix):
-            return "1" if e.shape[1] != 1 or e.shape[0] == 1 else "1"
+        if isinstance(e, sp.OneMatrix):  # a column 1, a row 1.T; a matrix only in a product (chain)
+            r, c = e.shape
+            return "1" if c == 1 else "1.T" if r == 1 else self.chain([e])
         if isinstance(e, sp.ZeroMatrix):
             return "(0.0*1)"
         if isinstance(e, (sp.MatMul, sp.Mul)):
@@ -389,7 +405,7 @@ class _FromSympy:
                 parts = [_wrap(p) for p in parts]
             out = "*".join(parts)
             if mats:
-                chain = "@".join(_wrap(self.text(a)) for a in mats)
+                chain = self.chain(mats)
                 out = f"{out}*({chain})" if out and len(mats) > 1 else f"{out}*{chain}" if out else chain
             return out
         if isinstance(e, (sp.MatAdd, sp.Add)):

@@ -227,3 +227,18 @@ def test_softmax_and_logsumexp_along_an_axis_in_sympy(expr, wrt):
     got = evaluate(d.to_sympy(), inputs, d.user_shapes)
     np.testing.assert_allclose(np.reshape(got, want.shape), want, rtol=1e-9)
     assert d.check(exact=True).ok
+
+
+def test_a_sympy_matrix_of_ones_keeps_its_shape():
+    # OneMatrix(m, n) was written as a bare 1: refused, or silently a scalar 1
+    n, m = sp.symbols("n m", integer=True, positive=True)
+    X, A = sp.MatrixSymbol("X", n, m), sp.MatrixSymbol("A", m, n)
+    rng = np.random.default_rng(9)
+    Xv, Av = rng.standard_normal((3, 4)), rng.standard_normal((4, 3))
+    for expr, want in ((sp.Trace(sp.OneMatrix(m, n) * X), np.ones((3, 4))),       # tr(J X) = sum(X)
+                       (sp.Trace(A * sp.OneMatrix(n, n) * X), np.outer(np.ones(3), Av.sum(1))),
+                       (sp.Trace(X * A * sp.OneMatrix(n, n)), np.outer(np.ones(3), Av.sum(1)))):
+        d = matcalc.derive(expr, wrt=X)
+        assert np.allclose(d.function(X=Xv, A=Av) if "A" in d.user_shapes else d.function(X=Xv), want)
+    with pytest.raises(matcalc.DeriveError, match=r"OneMatrix\(3, 3\).*outside a matrix product"):
+        matcalc.derive(sp.Symbol("alpha") * sp.Trace(sp.OneMatrix(3, 3)), wrt="alpha")
