@@ -3,6 +3,7 @@ on random inputs drawn from each symbol's domain, with a distinct size for every
 dimension so that a missing transpose cannot pass."""
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -49,8 +50,11 @@ def choose_sizes(dims, fixed=None) -> dict:
     """A distinct size per dimension name; the usual 'large' names (n, m, k, p) get larger sizes."""
     fixed = dict(fixed or {})
     taken = set(fixed.values())
-    small = iter(s for s in [3, 4, 5, 2, 6, 7, 8, 9, 10, 11, 12, 13] if s not in taken)
-    large = iter(s for s in [9, 8, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19] if s not in taken)
+    # (past the listed sizes, the next unused ones: an expression may have any number of dimensions)
+    small = iter(s for s in itertools.chain([3, 4, 5, 2, 6, 7, 8, 9, 10, 11, 12, 13], itertools.count(14))
+                 if s not in taken)
+    large = iter(s for s in itertools.chain([9, 8, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19], itertools.count(20))
+                 if s not in taken)
     out = {}
     for d in dims:
         if isinstance(d, str) and "*" in d:  # a product of dimensions: sized by its factors

@@ -90,3 +90,11 @@ def test_explicit_domains_still_work():
     d = matcalc.derive("logdet(X) + x:x", wrt="X")
     assert d.check(domain={"X": "spd"}).domains["X"] == "spd"
     assert d.check(domain={"X": "invertible_signed"}).ok
+
+
+def test_a_check_with_more_dimensions_than_the_listed_sizes():
+    # 15 vectors of 15 inferred lengths: the lists of sizes ran out (StopIteration, exit 3)
+    expr = "+".join(f"sum(x{i}*x{i})" for i in range(15))
+    d = matcalc.derive(expr, wrt="x0")
+    report = d.check()
+    assert report.ok and len(set(report.sizes.values())) == 15
