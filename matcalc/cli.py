@@ -343,6 +343,9 @@ def main(argv=None) -> None:
         code = run(argv)
     except KeyboardInterrupt:
         code = 130
+    except BrokenPipeError:  # the reader stopped (| head): as a command killed by SIGPIPE, quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (no second error at exit)
+        code = 141
     except Exception as e:  # a bug in matcalc: say so briefly, never a raw traceback
         if os.environ.get("MATCALC_DEBUG"):
             raise

@@ -131,3 +131,16 @@ def test_a_check_at_declared_numeric_sizes_says_so(capsys):
     code, out, _ = run(capsys, "derive", "sum(exp(W@x))", "--wrt", "W", "--shape", "W=3,4", "--shape", "x=4",
                        "--check")
     assert code == 0 and out.rstrip().endswith("2 random draws, the declared sizes")
+
+
+def test_a_reader_that_stops_early_is_no_internal_error():
+    # matcalc ... | head -c 10: the write fails with a broken pipe, as for any command
+    expr = "X"
+    for _ in range(25):
+        expr = f"det(X*{expr})"
+    p = subprocess.Popen([sys.executable, "-m", "matcalc", "derive", expr, "--wrt", "X", "--steps", "--json"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout.read(10)
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 141 and "internal error" not in err, err
