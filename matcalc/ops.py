@@ -169,7 +169,7 @@ def _unvec_rule(u, s, attr):
     return attr  # the matrix shape it goes back to
 
 
-MAX_MATRIX_POWER = 256  # the differential of Xᵏ is a sum of |k| products (its Hessian of k²)
+MAX_MATRIX_POWER = 64  # the differential of Xᵏ is a sum of |k| products, its Hessian of k² (2 s at 64)
 
 
 def _matrix_power_rule(u, s, attr):

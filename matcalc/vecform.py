@@ -473,7 +473,16 @@ class VecForm:
         shape = f"({size(self.rows)}, {size(self.cols)})"
         if not terms:
             return f"{m_}.zeros({shape}{like})", helpers
-        return f"{m_}.reshape({' + '.join(terms)}, {shape})", helpers
+        return f"{m_}.reshape({_balanced_sum(terms)}, {shape})", helpers
+
+
+def _balanced_sum(terms: list) -> str:
+    """a + b + … as code nested in halves, (a + b) + (c + d): the sum of thousands of terms
+    (the Hessian of tr(X⁶⁴)) stays within Python's compiler's recursion limit."""
+    if len(terms) <= 8:
+        return " + ".join(terms)
+    half = len(terms) // 2
+    return f"({_balanced_sum(terms[:half])}) + ({_balanced_sum(terms[half:])})"
 
 
 def _neg_split(c: Expr):

@@ -19,7 +19,7 @@ REFUSED = [
     ("x = y", "x", ParseError, ["'='", "equation"], 3),
     ("W x", "W", ParseError, ["operator is missing"], 3),
     ("matrix_power(X, 100000000):1", "X", ShapeError, ["at most 10^6", "100000000"], 17),
-    ("matrix_power(X, -1000):1", "X", ShapeError, ["between -256 and 256", "-1000"], 1),
+    ("matrix_power(X, -1000):1", "X", ShapeError, ["between -64 and 64", "-1000"], 1),
     ("x $ y", "x", ParseError, ["'$'"], 3),
     ("", "x", ParseError, ["empty"], 1),
     ("sum(x + y.T)", "x", ShapeError, ["x + y.T", "length-a vector", "1×b row vector"], 5),

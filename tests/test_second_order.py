@@ -571,3 +571,19 @@ def test_a_multiple_of_a_matrix_of_ones_keeps_its_ones_in_the_text(expr):
 def test_wrt_a_definition_is_refused_as_one(fn, expr):
     with pytest.raises(matcalc.DeriveError, match="z is a definition, not a variable.*W, x"):
         fn(expr, wrt="z", definitions={"z": "W@x"})
+
+
+def test_the_dense_hessian_of_a_long_product_compiles():
+    # tr(X⁶⁰): 3600 Kronecker terms, summed in one expression that Python's compiler refused
+    # (RecursionError); H[V] = Σ_{i+j+l=58} … checked against the directional second difference
+    e = "tr(" + "@".join(["X"] * 60) + ")"
+    h = matcalc.hessian(e, "X", shapes={"X": ("n", "n")})
+    rng = np.random.default_rng(3)
+    X, V = 0.25 * rng.standard_normal((3, 3)), rng.standard_normal((3, 3))
+    M = h.matrix(X=X)
+    f = lambda t: np.trace(np.linalg.matrix_power(X + t * V, 60))  # noqa: E731
+    eps = 1e-3
+    second = (f(eps) - 2 * f(0.0) + f(-eps)) / eps ** 2
+    v = V.reshape(-1, order="F")
+    assert np.isclose(v @ M @ v, second, rtol=1e-4)
+    assert np.allclose(M @ v, h.hvp(V, X=X).reshape(-1, order="F"))
