@@ -253,7 +253,11 @@ def run(argv=None) -> int:
         report = d.check() if args.check else None
         if report is not None and not report.ok:
             status = EXIT_CHECK_FAILED
-        exact = d.check(exact=True) if args.exact else None
+        try:
+            exact = d.check(exact=True) if args.exact else None
+        except MatcalcError as e:  # an operation SymPy has no form for
+            print(f"matcalc: the exact check cannot be made: {e}", file=sys.stderr)
+            return EXIT_REFUSED
         if exact is not None and not exact.ok:
             status = EXIT_CHECK_FAILED
         if args.json:

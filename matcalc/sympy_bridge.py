@@ -15,10 +15,11 @@ SymPy is imported here only, and this module only when one of these is used.
 """
 from __future__ import annotations
 
+import math
+import re
+
 import sympy as sp
 from sympy.matrices.expressions.applyfunc import ElementwiseApplyFunction
-
-import re
 
 from . import ir
 from .errors import DeriveError
@@ -36,13 +37,21 @@ _WRITTEN_OUT = ("sigmoid", "softplus", "logsigmoid", "silu")
 
 
 def exact_number(v: float):
-    """A float as the rational it stands for: the simplest fraction that rounds to it (1/3
-    for 0.333…), else its shortest decimal (1.000000000001 stays itself)."""
+    """A float as the number it stands for: the simplest fraction that rounds to it (1/3 for
+    0.333…), else a simple fraction of √π, √2, √(2π), π or log 2 within 4 ulps of it (2/√π
+    for erf's 1.1283791670955126, 1/√(2π) for gelu's), else its shortest decimal
+    (1.000000000001 stays itself)."""
+    import math
     from fractions import Fraction
 
     f = Fraction(v).limit_denominator(10 ** 6)
     if float(f) == v:
         return sp.Rational(f.numerator, f.denominator)
+    for base in (sp.sqrt(sp.pi), sp.sqrt(2), sp.sqrt(2 * sp.pi), sp.pi, sp.log(2)):
+        for c in (base, 1 / base):
+            q = Fraction(v / float(c)).limit_denominator(1000)
+            if q and abs(float(q) * float(c) - v) <= 4 * math.ulp(v):
+                return sp.Rational(q.numerator, q.denominator) * c
     return sp.Rational(repr(v))
 
 
@@ -61,7 +70,13 @@ class _ToSympy:
         self.sizes = sizes or {}  # dimension name -> its size, for explicit values
 
     def shape(self, shape):
-        return tuple(dim_symbol(self.sizes.get(d, d)) for d in shape)
+        return tuple(self.size(d) for d in shape)
+
+    def size(self, d):
+        """A dimension as a SymPy integer or symbol (a product a*c as the product)."""
+        if isinstance(d, str) and "*" in d:
+            return sp.Mul(*(self.size(f) for f in ir.dim_factors(d)))
+        return dim_symbol(self.sizes.get(d, d))
 
     def ones(self, shape):
         r, c = self.shape(shape)
@@ -177,8 +192,7 @@ class _ToSympy:
         if op in ELEMENTWISE:
             return self.elementwise(ELEMENTWISE[op], a[0], shape)
         if op == "dim":
-            return dim_symbol(self.sizes.get(n.attr, n.attr)) if "*" not in str(n.attr) else \
-                sp.Mul(*(dim_symbol(self.sizes.get(f, f)) for f in ir.dim_factors(n.attr)))
+            return self.size(n.attr)
         v = a[0]
         if op in ("sum", "mean") and n.attr is not None and _is_matrix(v):
             r, c = self.shape(n.args[0].shape)
@@ -233,6 +247,30 @@ class _ToSympy:
             return self.total(self.elementwise(sp.Abs, v, n.args[0].shape))
         if op == "logsumexp":
             return sp.log(self.total(self.elementwise(sp.exp, v, n.args[0].shape)))
+        if op == "matrix_power":
+            k = int(n.attr)
+            if explicit:
+                return v ** k
+            return sp.MatPow(v, k) if k > 0 else sp.MatPow(sp.Inverse(v), -k)
+        if op == "kron":
+            from sympy.matrices.expressions.kronecker import KroneckerProduct, kronecker_product
+
+            A, B = (self.as_array(x, arg.shape) for x, arg in zip(a, n.args))
+            return kronecker_product(A, B) if explicit else KroneckerProduct(A, B)
+        if op == "vec" and explicit:  # the columns stacked (column-major)
+            return v.T.reshape(v.shape[0] * v.shape[1], 1) if _is_matrix(v) else v
+        if op == "unvec" and explicit:
+            r, c = (int(x) for x in self.shape(n.attr))
+            return v.reshape(c, r).T if _is_matrix(v) else v
+        if op in ("kron_blocks", "kron_sum") and explicit:  # kron's adjoints (see ops)
+            C, other = (self.as_array(x, arg.shape) for x, arg in zip(a, n.args))
+            m, k = (int(x) for x in self.shape(n.shape if op == "kron_blocks" else n.args[1].shape))
+            p, q = (int(x) for x in self.shape(n.args[1].shape if op == "kron_blocks" else n.shape))
+            if op == "kron_blocks":  # entry (i, j): C's block (i, j) : B
+                return sp.Matrix(m, k, lambda i, j: sum(C[i * p + u, j * q + w] * other[u, w]
+                                                        for u in range(p) for w in range(q)))
+            return sp.Matrix(p, q, lambda u, w: sum(other[i, j] * C[i * p + u, j * q + w]
+                                                    for i in range(m) for j in range(k)))
         if op in ("softmax", "softmax_all"):  # (softmax_all: over every entry of a matrix)
             e = self.elementwise(sp.exp, v, shape)
             return (1 / self.total(e)) * e
@@ -565,13 +603,8 @@ def _zero(want, got, points) -> tuple:
     diff = want - got
     if diff == 0:
         return True, "symbolic"
-    try:
-        if sp.expand(diff) == 0 or sp.cancel(sp.together(diff)) == 0:
-            return True, "symbolic"
-        if sp.count_ops(diff) < 80 and sp.simplify(diff) == 0:
-            return True, "symbolic"
-    except Exception:  # noqa: BLE001 - SymPy could not decide: evaluate instead
-        pass
+    # the points first: a nonzero value there decides at once, where expanding a large
+    # rational function (the entries of inv(X + A)) could take minutes
     for subs in points:
         v = diff.xreplace(subs)
         if v.is_Rational:  # a rational function at a rational point: decided exactly
@@ -584,6 +617,14 @@ def _zero(want, got, points) -> tuple:
         scale = max(1.0, abs(complex(sp.N(want.xreplace(subs), 30))))
         if not value.is_number or abs(complex(value)) > 1e-40 * scale:
             return False, "rational point"
+    ops = sp.count_ops(diff)  # zero at every point: proven symbolically where that is cheap
+    try:
+        if ops < 400 and (sp.expand(diff) == 0 or sp.cancel(sp.together(diff)) == 0):
+            return True, "symbolic"
+        if ops < 80 and sp.simplify(diff) == 0:
+            return True, "symbolic"
+    except Exception:  # noqa: BLE001 - SymPy could not decide: the points did
+        pass
     return True, "rational points"
 
 
@@ -597,8 +638,9 @@ def exact_check(d, seed: int = 0, sizes: dict | None = None, domain: dict | None
 
     ExactReport = _report_class()
     dims = []
-    for shape in d.user_shapes.values():
-        dims += [x for x in shape if isinstance(x, str) and x not in dims]
+    for shape in d.user_shapes.values():  # (a product a*b: its factors)
+        for x in shape:
+            dims += [f for f in ir.dim_factors(x) if isinstance(f, str) and f not in dims]
     chosen = dict(sizes or {})
     free = [s for s in EXACT_SIZES if s not in chosen.values()] or list(EXACT_SIZES)
     for i, x in enumerate([x for x in dims if x not in chosen]):
@@ -606,8 +648,12 @@ def exact_check(d, seed: int = 0, sizes: dict | None = None, domain: dict | None
     domains = infer_domains(d.lam, d.symbols)
     domains.update(domain or {})
     values, entries = {}, {}
+    def concrete(shape):  # (a product dimension a*b: the product of its factors' sizes)
+        return tuple(math.prod(chosen.get(f, f) for f in ir.dim_factors(x)) if isinstance(x, str) and "*" in x
+                     else chosen.get(x, x) for x in shape)
+
     for name, shape in d.user_shapes.items():
-        conc = tuple(chosen.get(x, x) for x in shape)
+        conc = concrete(shape)
         safe = "".join(ch if ch.isalnum() else "_" for ch in name)
         if not conc:
             v = sp.Symbol(safe, real=True)
@@ -630,8 +676,7 @@ def exact_check(d, seed: int = 0, sizes: dict | None = None, domain: dict | None
     for _ in range(2):
         subs = {}
         for name, shape in d.user_shapes.items():
-            conc = tuple(chosen.get(x, x) for x in shape)
-            val = _rational_draw(conc, domains.get(name, "normal"), rng)
+            val = _rational_draw(concrete(shape), domains.get(name, "normal"), rng)
             for s, q in zip(entries[name], list(val) if _is_matrix(val) else [val]):
                 subs[s] = q
         points.append(subs)
