@@ -1042,11 +1042,11 @@ def add_cli_parsers(sub) -> None:
         p.add_argument("--json", action="store_true", help="print one JSON object per variable (block)")
 
 
-def compute(kind: str, expr: str, wrt: list, shapes: dict, definitions):
+def compute(kind: str, expr: str, wrt: list, shapes: dict, definitions, emit: bool = True):
     """``(results, notes)`` as ``matcalc hessian|jacobian`` computes them (``matcalc serve``'s
     endpoints too): ``results`` maps a name (a pair for Hessian blocks) to its Jacobian or
-    Hessian, with the NumPy module already emitted (a refusal of the emitted code is a refusal),
-    ``notes`` the NotationWarnings (the Jacobian of a scalar) as text."""
+    Hessian, with the NumPy module already emitted if ``emit`` (a refusal of the emitted code is
+    then a refusal), ``notes`` the NotationWarnings (the Jacobian of a scalar) as text."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", NotationWarning)
         if kind == "jacobian":
@@ -1054,7 +1054,7 @@ def compute(kind: str, expr: str, wrt: list, shapes: dict, definitions):
         else:
             results = hessian(expr, wrt=list(wrt), shapes=shapes, definitions=definitions)
     notes = [w.message.message for w in caught if issubclass(w.category, NotationWarning)]
-    for r in results.values():
+    for r in results.values() if emit else ():
         r.numpy_source  # noqa: B018
     return results, notes
 
@@ -1092,7 +1092,8 @@ def run_cli(args) -> int:
         shapes = parse_shapes(args.shape)
         lets = parse_lets(args.let) or None
         # the module is emitted now: a refusal of the emitted code is a refusal, not a crash later
-        results, notes = compute(args.command, args.expr, args.wrt, shapes, lets)
+        results, notes = compute(args.command, args.expr, args.wrt, shapes, lets,
+                                 emit=args.code or args.json or args.check)  # (the text alone needs no code)
         for note in notes:
             print(f"matcalc: note: {note}", file=sys.stderr)
         for r in results.values():  # a refusal of the emitted framework code is a refusal too
