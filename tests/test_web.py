@@ -760,3 +760,19 @@ def test_second_order_backends_are_the_cli_backend_sources(client, kind, expr, w
         compile(src, "<emitted>", "exec")
     both = client.post(f"/api/{kind}", json={"expr": expr, "wrt": wrt, "backends": ["torch", "jax"]}).json()
     assert "import torch" in both[0]["torch_source"] and "import jax" in both[0]["jax_source"]
+
+
+def test_the_answer_cache_is_bounded_in_bytes_as_well_as_in_count():
+    from matcalc.web.server import _Cache
+
+    cache = _Cache(size=256, max_bytes=1000)
+    for i in range(10):
+        cache.put(("derive", str(i)), (200, b"x" * 300))  # 3 fit in 1000 bytes
+    assert cache.bytes <= 1000 and cache.get(("derive", "9")) is not None
+    assert cache.get(("derive", "0")) is None and len(cache._data) == 3
+    cache.put(("derive", "9"), (200, b"y" * 10))  # replacing an answer counts its new size
+    assert cache.bytes == 610
+    small = _Cache(size=2)
+    for i in range(3):
+        small.put(i, (200, b"z"))
+    assert small.get(0) is None and small.get(2) == (200, b"z")

@@ -117,8 +117,10 @@ class _Cache:
     """Answers (and refusals) to recent questions: a permalink opened twice is derived once,
     and a question asked again while it is being derived waits for that derivation."""
 
-    def __init__(self, size: int):
+    def __init__(self, size: int, max_bytes: int = 128 << 20):
         self.size = size
+        self.max_bytes = max_bytes  # (answers go up to 8 MiB each: a count alone bounds nothing)
+        self.bytes = 0
         self._data: OrderedDict = OrderedDict()
 
     def get(self, key):
@@ -128,12 +130,17 @@ class _Cache:
         return None
 
     def put(self, key, value):
+        """value: (HTTP status, body bytes); the oldest go while over the count or the bytes."""
         if self.size <= 0:
             return
+        if key in self._data:
+            self.bytes -= len(self._data[key][1])
         self._data[key] = value
         self._data.move_to_end(key)
-        while len(self._data) > self.size:
-            self._data.popitem(last=False)
+        self.bytes += len(value[1])
+        while self._data and (len(self._data) > self.size or self.bytes > self.max_bytes):
+            _, old = self._data.popitem(last=False)
+            self.bytes -= len(old[1])
 
 
 def create_app(workers: int = 2, timeout: float = 10.0, memory_limit: int | None = 2 << 30,
