@@ -267,13 +267,23 @@ def over_size_choices(user_shapes: dict, fixed, run) -> CheckReport:
             for f in ir.dim_factors(d) if isinstance(d, str) else ():
                 if isinstance(f, str) and f not in dims:
                     dims.append(f)
-    first = run(choose_sizes(dims, fixed))
+    def at(sizes):
+        try:
+            return run(sizes)
+        except MemoryError:  # (a kron of krons: its arrays grow as the product of their sizes)
+            from .errors import DeriveError
+
+            shown = ", ".join(f"{k}={v}" for k, v in sizes.items())
+            raise DeriveError(f"the numerical check ran out of memory at sizes {shown}: give smaller "
+                              "ones (check(sizes={...}))") from None
+
+    first = at(choose_sizes(dims, fixed))
     if first.ok or np.isfinite(first.max_rel_error):
         return first
     other = choose_sizes(dims[::-1], fixed)
     if other == first.sizes:
         return first
-    second = run(other)
+    second = at(other)
     return second if np.isfinite(second.max_rel_error) else first
 
 

@@ -250,14 +250,14 @@ def run(argv=None) -> int:
     status = EXIT_OK
     out = []
     for w, d in results.items():
-        report = d.check() if args.check else None
+        try:
+            report = d.check() if args.check else None
+            exact = d.check(exact=True) if args.exact else None
+        except MatcalcError as e:  # arrays too large for memory, an operation SymPy has no form for
+            print(f"matcalc: the check cannot be made: {e}", file=sys.stderr)
+            return EXIT_REFUSED
         if report is not None and not report.ok:
             status = EXIT_CHECK_FAILED
-        try:
-            exact = d.check(exact=True) if args.exact else None
-        except MatcalcError as e:  # an operation SymPy has no form for
-            print(f"matcalc: the exact check cannot be made: {e}", file=sys.stderr)
-            return EXIT_REFUSED
         if exact is not None and not exact.ok:
             status = EXIT_CHECK_FAILED
         if args.json:

@@ -1105,7 +1105,11 @@ def run_cli(args) -> int:
     status = EXIT_OK
     out = []
     for key, r in results.items():
-        report = r.check() if args.check else None
+        try:
+            report = r.check() if args.check else None
+        except MatcalcError as e:  # arrays too large for memory
+            print(f"matcalc: the check cannot be made: {e}", file=sys.stderr)
+            return EXIT_REFUSED
         if report is not None and not report.ok:
             status = EXIT_CHECK_FAILED
         if args.json:

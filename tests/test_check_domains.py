@@ -98,3 +98,14 @@ def test_a_check_with_more_dimensions_than_the_listed_sizes():
     d = matcalc.derive(expr, wrt="x0")
     report = d.check()
     assert report.ok and len(set(report.sizes.values())) == 15
+
+
+def test_a_check_that_runs_out_of_memory_is_a_refusal(monkeypatch):
+    d = matcalc.derive("sum(exp(kron(X, X)))", wrt="X")
+
+    def no_memory(*a, **k):
+        raise MemoryError
+
+    monkeypatch.setattr(mcheck, "_gradient_check_at", no_memory)
+    with pytest.raises(DeriveError, match="ran out of memory at sizes a=3, b=4"):
+        d.check()

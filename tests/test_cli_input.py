@@ -144,3 +144,18 @@ def test_a_reader_that_stops_early_is_no_internal_error():
     p.stdout.close()
     err = p.stderr.read().decode()
     assert p.wait(timeout=120) == 141 and "internal error" not in err, err
+
+
+@pytest.mark.parametrize("command", ["derive", "hessian"])
+def test_a_check_out_of_memory_is_a_refusal(capsys, monkeypatch, command):
+    import matcalc.check as mcheck
+
+    def no_memory(*a, **k):
+        raise MemoryError
+
+    import matcalc.second_order as so
+
+    monkeypatch.setattr(mcheck, "_gradient_check_at", no_memory)  # (derive's check)
+    monkeypatch.setattr(so, "_check_at", no_memory)  # (hessian's)
+    code, out, err = run(capsys, command, "sum(exp(kron(X, X)))", "--wrt", "X", "--check")
+    assert code == 2 and "ran out of memory" in err and "internal error" not in err, err
