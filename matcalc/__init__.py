@@ -7,7 +7,7 @@
 """
 from .api import Derivation, ValueAndGrad, derive, value_and_grad
 from .function import GradientFunction
-from .errors import DeriveError, MatcalcError, NotationWarning, ParseError, ShapeError
+from .errors import DeriveError, MatcalcError, NotationWarning, OutOfMemory, ParseError, ShapeError
 from .second_order import Hessian, Jacobian, hessian, jacobian
 
 
@@ -21,4 +21,5 @@ def op(expr, backend="torch", shapes=None, definitions=None):
 __version__ = "0.1.0"
 
 __all__ = ["derive", "value_and_grad", "ValueAndGrad", "Derivation", "GradientFunction", "MatcalcError", "ParseError", "ShapeError",
-           "DeriveError", "op", "__version__", "hessian", "jacobian", "Hessian", "Jacobian", "NotationWarning"]
+           "DeriveError", "OutOfMemory", "op", "__version__", "hessian", "jacobian", "Hessian", "Jacobian",
+           "NotationWarning"]

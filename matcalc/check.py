@@ -271,10 +271,10 @@ def over_size_choices(user_shapes: dict, fixed, run) -> CheckReport:
         try:
             return run(sizes)
         except MemoryError:  # (a kron of krons: its arrays grow as the product of their sizes)
-            from .errors import DeriveError
+            from .errors import OutOfMemory
 
-            shown = ", ".join(f"{k}={v}" for k, v in sizes.items())
-            raise DeriveError(f"the numerical check ran out of memory at sizes {shown}: give smaller "
+            shown = "sizes " + ", ".join(f"{k}={v}" for k, v in sizes.items()) if sizes else "the declared sizes"
+            raise OutOfMemory(f"the numerical check ran out of memory at {shown}: give smaller "
                               "ones (check(sizes={...}))") from None
 
     first = at(choose_sizes(dims, fixed))

@@ -65,6 +65,11 @@ class DeriveError(MatcalcError):
     kind = "error"
 
 
+class OutOfMemory(DeriveError, MemoryError):
+    """A computation needs more memory than there is (the numerical check of a kron of
+    krons): a refusal that says so, and still a MemoryError (the web's workers answer 422)."""
+
+
 class NotationWarning(UserWarning):
     """Accepted input that probably does not mean what was meant: ``A*B`` of two matrices
     that only type-checks by making their shapes equal (a Hadamard product where ``@``

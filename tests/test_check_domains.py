@@ -107,5 +107,5 @@ def test_a_check_that_runs_out_of_memory_is_a_refusal(monkeypatch):
         raise MemoryError
 
     monkeypatch.setattr(mcheck, "_gradient_check_at", no_memory)
-    with pytest.raises(DeriveError, match="ran out of memory at sizes a=3, b=4"):
+    with pytest.raises(matcalc.OutOfMemory, match="ran out of memory at sizes a=3, b=4"):
         d.check()

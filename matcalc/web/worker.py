@@ -44,10 +44,10 @@ def main(argv=None) -> int:
         try:
             kind, params = json.loads(line)
             reply = ["ok", answer(kind, params)]
+        except MemoryError:  # (matcalc's OutOfMemory too: over the worker's limit, a 422)
+            reply, retire = ["memory", None], True
         except MatcalcError as e:
             reply = ["refused", refusal(e)]
-        except MemoryError:
-            reply, retire = ["memory", None], True
         except RecursionError:
             reply = ["deep", None]
         except Exception as e:  # a bug in matcalc: report it, keep serving
