@@ -58,9 +58,9 @@ class Derivation:
 
     @cached_property
     def lam_text_short(self) -> str:
-        """λ for a docstring: with the names of definitions, and at most 200 characters (the
-        tree of a chain of definitions written out grows exponentially)."""
-        t = self._text(self.lam, self._prim_names())
+        """λ for a docstring: as the question wrote it (names of definitions= included; no
+        automatic name such as p, which the docstring would not define), at most 200 characters."""
+        t = " ".join(self.expr.split())
         return t if len(t) <= 200 else t[:150] + " … " + t[-40:]
 
     syntax = "matcalc"  # the language of the question; results print in it

@@ -31,6 +31,14 @@ class GradientFunction:
         self.user_shapes = user_shapes  # user name -> () / (n,) / (m, n)
         self._f = compile_function(source, fname)
         self.emitted = self._f  # the emitted function itself: no argument checks, Python-safe names
+        import inspect  # what help(), inspect.signature and Jupyter's ? show: the keywords, the doc
+
+        try:
+            self.__signature__ = inspect.Signature([inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY)
+                                                    for n in params])
+        except ValueError:  # a name Python's syntax cannot have (lambda): passed as **{"lambda": …}
+            pass
+        self.__doc__ = self._f.__doc__
         self._keys = set(params)
         self._same_names = all(k == v for k, v in params.items())
         # a declared size-1 dimension is squeezed inside the emitted code: no fast path then

@@ -161,3 +161,14 @@ def test_cli_let_layout_and_steps():
                for ln in lines)
     r = run("derive", "x:1", "--wrt", "x", "--let", "bad")
     assert r.returncode == 2 and "NAME=EXPR" in r.stderr
+
+
+def test_the_function_shows_its_keywords_and_the_question():
+    # what help(d.function), inspect.signature and Jupyter's d.function? show
+    import inspect
+
+    d = matcalc.derive("alpha*(exp(W@x+c)-W@x-c+m*m-1):1", wrt="W")
+    assert str(inspect.signature(d.function)) == "(*, alpha, W, x, c, m)"
+    assert d.function.__doc__ == "∂λ/∂W for λ = alpha*(exp(W@x+c)-W@x-c+m*m-1):1; shape (a, b)."
+    vg = matcalc.value_and_grad("x:x + y:x", wrt=["x", "y"])
+    assert str(inspect.signature(vg.function)) == "(*, x, y)" and "x:x + y:x" in vg.function.__doc__
