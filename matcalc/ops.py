@@ -446,8 +446,10 @@ elementwise("silu", _silu_prime, "d silu(X) = σ(X)∘(1 + X∘(1 − σ(X)))∘
 
 
 def _tex_exp(p, e):
+    """e^{x} binds as a power (5): a transpose or inverse of it gets brackets, (e^{x})^{⊤}
+    (e^{x}^{⊤} is a double superscript); a long exponent reads exp(…)."""
     s = p.p(e.args[0])[0]
-    return (f"e^{{{s}}}", 7) if len(s) <= 30 else (f"\\exp\\left({s}\\right)", 7)
+    return (f"e^{{{s}}}", 5) if len(s) <= 30 else (f"\\exp\\left({s}\\right)", 7)
 
 
 # ------------------------------------------------------------------ reductions and matrix functions
@@ -788,7 +790,7 @@ register(Op("softmax_all", same_shape, jvp=lambda e, d: None if d[0] is None els
             latex="\\operatorname{softmax}",
             torch=_fw_softmax_all, jax=_fw_softmax_all))
 register(Op("kron", _kron_rule, nargs=2, jvp=_jvp_kron, rule="d(A⊗B) = dA⊗B + A⊗dB", transpose=_t_kron,
-            numpy=_np_kron, latex=lambda p, e: (f"{p.wrap(e.args[0], 3)} \\otimes {p.wrap(e.args[1], 3, True)}", 3),
+            numpy=_np_kron, latex=lambda p, e: (f"{p.wrap(e.args[0], 3)} \\otimes {p.wrap(e.args[1], 3, True)}", 2),
             cost=lambda n, size: size(n.shape[0]) * size(n.shape[1]),
             torch=_np_kron, jax=_np_kron))
 register(Op("vec", _vec_rule, jvp=_jvp_linear, view=True, rule="d vec(X) = vec(dX)", scalar_form=lambda a, attr: a,

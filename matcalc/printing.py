@@ -253,9 +253,16 @@ class LatexPrinter(TextPrinter):
             return "\\mathrm{d}" + tex_name(e.attr), ATOM
         if op == "const":
             s = fmt_number(abs(e.attr)) if abs(e.attr) != 0.5 else "\\tfrac{1}{2}"  # ½, as on paper
-            if e.shape != SCALAR and e.attr == 1.0:
-                s = "\\mathbf{1}^{\\top}" if e.shape[0] == 1 else "\\mathbf{1}"
-            return ("-" + s if e.attr < 0 else s), (ATOM if e.attr >= 0 else NEG)
+            prec = ATOM
+            if e.shape != SCALAR and e.attr != 0.0:  # an array of c's: c times ones of its shape
+                ones = ("\\mathbf{1}^{\\top}" if e.shape[0] == 1 else "\\mathbf{1}" if e.shape[1] == 1
+                        else "\\mathbf{1}\\mathbf{1}^{\\top}")  # (a matrix: 1 1ᵀ, not a vector 1)
+                prec = POST if "top" in ones else ATOM
+                if abs(e.attr) != 1.0:
+                    s, prec = f"{s}\\,{ones}", PROD
+                else:
+                    s = ones
+            return ("-" + s if e.attr < 0 else s), (prec if e.attr >= 0 else NEG)
         if op == "eye":
             return "I", ATOM
         if op == "add":
@@ -266,8 +273,10 @@ class LatexPrinter(TextPrinter):
             out = ""
             arrays = sum(f.shape != SCALAR for f in fs)
             for i, f in enumerate(fs):
-                # juxtaposition binds tighter than ∘: (W^T(p - 1)) ∘ h needs its brackets
-                tight = f.op in ("matmul", "div") and arrays > 1 and f.shape != SCALAR
+                # juxtaposition binds tighter than ∘: (W^T(p - 1)) ∘ h needs its brackets, and a
+                # number made by a product, (x^T A x) x, too
+                tight = (f.op in ("matmul", "div") and arrays > 1 and f.shape != SCALAR
+                         or f.op == "matmul" and f.shape == SCALAR and len(fs) > 1)
                 s = self.wrap(f, PROD, strict=tight) if i == 0 else \
                     self.wrap(f, PROD, strict=tight or f.op not in ("matmul",))
                 if i == 0:
@@ -290,10 +299,11 @@ class LatexPrinter(TextPrinter):
         if op == "frob":
             a = _ones_side(e.args[0], self, " \\mathbf{1}")
             return f"{a or self.wrap(e.args[0], FROB)} : {self.wrap(e.args[1], FROB, strict=True)}", FROB
-        if op == "pow":
+        if op == "pow":  # of an array: entrywise, A^{∘k} (A^{-1} and A^{2} would read as matrix powers)
             k = e.args[1]
             ks = fmt_number(k.attr) if k.op == "const" else self.p(k)[0]
-            return f"{{{self.wrap(e.args[0], ATOM)}}}^{{{ks}}}", POW
+            circ = "\\circ " if e.args[0].shape != SCALAR else ""
+            return f"{{{self.wrap(e.args[0], ATOM)}}}^{{{circ}{ks}}}", POW
         if op == "T":
             a = e.args[0]
             if a.op == "inv":

@@ -249,7 +249,7 @@ class VecForm:
     def _names(self, e: Expr, latex: bool = False) -> dict:
         """Identities as I_n, and arrays of one number with their sizes (a bare 1 or 2 in a
         Kronecker factor would read as a scalar): 1_a (a ones), 1_b.T, 2*1_a@1_b.T."""
-        out = {n: "I_" + _dims_label(n.shape[0]) for n in ir.walk(e) if n.op == "eye"}
+        out = {n: _identity_name(n.shape[0], latex) for n in ir.walk(e) if n.op == "eye"}
         for n in ir.walk(e):
             if n.op == "const" and n.shape != SCALAR and n not in self.names:
                 out[n] = _ones_text(n, latex)
@@ -269,8 +269,9 @@ class VecForm:
         par = (lambda s: f"\\left({s}\\right)") if latex else (lambda s: f"({s})")
         if isinstance(f, Kron):
             if f.A.op == "eye" and f.B.op == "eye":
-                n = _dims_label(f.A.shape[0]) + _dims_label(f.B.shape[0])
-                return f"I_{{{n}}}" if latex else f"I_{n}"
+                if latex:
+                    return f"I_{{{_dims_tex(f.A.shape[0])} {_dims_tex(f.B.shape[0])}}}"
+                return f"I_{_dims_label(f.A.shape[0]) + _dims_label(f.B.shape[0])}"
             if _is_one(f.B) or _is_one(f.A):
                 s, is_sum = self._ir_text(f.B if _is_one(f.A) else f.A, latex)
                 return par(s) if is_sum and not alone else s
@@ -280,8 +281,7 @@ class VecForm:
                 return f"\\left({b} \\otimes {a}\\right)" if not alone else f"{b} \\otimes {a}"
             return f"kron({_unwrap(b)}, {_unwrap(a)})"
         if isinstance(f, Comm):
-            n = _dims_label(f.p) + _dims_label(f.q)
-            return f"K_{{{n}}}" if latex else f"K_{n}"
+            return f"K_{{{_dims_tex(f.p)},{_dims_tex(f.q)}}}" if latex else f"K_{_dims_label(f.p) + _dims_label(f.q)}"
         if isinstance(f, DiagV):
             h = simplify(s_T(f.h)) if f.h.shape[0] == 1 else f.h
             s = self._ir_text(h, latex)[0]
@@ -552,7 +552,7 @@ def _ones_text(n: Expr, latex: bool) -> str:
     """An array of one number c in a vec form: c times a column, row or matrix of ones, with
     its sizes (the ones as 1_a; ``2*1_a@1_b.T`` for an a×b matrix of twos)."""
     r, c = n.shape
-    one = (lambda d: f"\\mathbf{{1}}_{{{_dims_label(d)}}}") if latex else (lambda d: "1_" + _dims_label(d))
+    one = (lambda d: f"\\mathbf{{1}}_{{{_dims_tex(d)}}}") if latex else (lambda d: "1_" + _dims_label(d))
     tr = "^{\\top}" if latex else ".T"
     if c == 1:
         body = one(r)
@@ -600,6 +600,22 @@ def _top_level_product(s: str) -> bool:
             return True
         i += 1
     return False
+
+
+def _dims_tex(d) -> str:
+    """A dimension as a LaTeX subscript: n, d_{1} (d1), a b (a product a*b)."""
+    from .printing import tex_name
+
+    return " ".join(tex_name(str(f)) for f in ir.dim_factors(d))
+
+
+def _identity_name(d, latex: bool):
+    """The identity of size d: I_n in text (I_(d1) for a longer name), I_{d_{1}} in LaTeX."""
+    if not latex:
+        return "I_" + _dims_label(d)
+    from .printing import RawTex
+
+    return RawTex(f"I_{{{_dims_tex(d)}}}")
 
 
 def _dims_label(*ds) -> str:

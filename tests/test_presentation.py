@@ -145,6 +145,39 @@ def test_latex_of_every_corpus_case_renders():
     assert not errors, errors[:3]
 
 
+# LaTeX that said something else than the text: (expression, wrt, the LaTeX of the gradient)
+LATEX_READINGS = [
+    ("exp(x).T@A@exp(x)", "A", "e^{x} \\left(e^{x}\\right)^{\\top}"),  # was e^{x}^{\top}: a KaTeX error
+    ("tr(inv(exp(X))@A)", "A", "\\left(e^{X}\\right)^{-\\top}"),
+    ("sum(X@X.T)", "X", "2 \\mathbf{1}\\mathbf{1}^{\\top} X"),  # a matrix of ones, not the vector 1
+    ("sum(-3*X)", "X", "-3\\,\\mathbf{1}\\mathbf{1}^{\\top}"),       # an array of -3s, not the number
+    ("sum(x**3)", "x", "3 {x}^{\\circ 2}"),                         # entrywise, not a matrix power
+    ("D:(kron(A,B)@C)", "D", "\\left(A \\otimes B\\right) C"),
+    ("(x.T@A@x)*(y.T@x)", "y", "\\left(x^{\\top} A x\\right) x"),
+]
+
+
+@pytest.mark.parametrize("expr,wrt,tex", LATEX_READINGS, ids=[c[0] for c in LATEX_READINGS])
+def test_latex_reads_as_the_text_does(expr, wrt, tex):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", matcalc.NotationWarning)
+        d = matcalc.derive(expr, wrt=wrt)
+    assert d.latex == tex
+    found = _katex()
+    if found is not None:  # and it renders
+        node, script, env = found
+        r = subprocess.run([node, str(script)], input=json.dumps([d.latex, d.steps_latex]), capture_output=True,
+                           text=True, env=env, timeout=120)
+        assert r.returncode == 0 and not any(json.loads(r.stdout)), r.stdout
+
+
+def test_vec_forms_with_longer_dimension_names_in_latex():
+    h = matcalc.hessian("sum(X@X.T)", "X", shapes={"X": ("n1", "d1")})
+    assert h.kron_latex.startswith("I_{d_{1}} \\otimes") and "\\mathrm{I" not in h.kron_latex
+
+
 def test_cli_let_layout_and_steps():
     run = lambda *a: subprocess.run([sys.executable, "-m", "matcalc", *a], capture_output=True,  # noqa: E731
                                     text=True, timeout=60)
