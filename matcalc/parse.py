@@ -244,9 +244,19 @@ def _dot_hint(source: str, pos: int) -> str:
     j = pos
     while j > 0 and (source[j - 1].isalnum() or source[j - 1] == "_"):
         j -= 1
+    k = pos + 1
+    while k < len(source) and (source[k].isalnum() or source[k] == "_"):
+        k += 1
     if source[j:pos] in _MODULES:
-        k = pos + 1
-        while k < len(source) and (source[k].isalnum() or source[k] == "_"):
-            k += 1
         return f" (write {source[pos + 1:k] or 'the function'}(...) without the {source[j:pos]}. prefix)"
+    method = _METHODS.get(source[pos + 1:k])
+    if method and j < pos:
+        return f" ({source[j:k]} is NumPy's; in matcalc {method})"
     return ""
+
+
+# NumPy spellings after a '.': what matcalc writes instead
+_METHODS = {"dot": "x.dot(y) is x.T@y (or x:y), A.dot(B) is A@B", "t": "the transpose is .T",
+            "sum": "write sum(x) (sum(X, 0) along an axis)", "mean": "write mean(x)",
+            "transpose": "the transpose is .T", "inv": "write inv(A)", "trace": "write tr(A)",
+            "log": "write log(x)", "exp": "write exp(x)"}

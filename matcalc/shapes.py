@@ -26,6 +26,12 @@ _USER = ops.user_functions()
 FUNCTIONS = set(_USER)
 ALIASES = {alias: op.name for alias, op in _USER.items() if alias != op.name}
 IDENTITY_NAMES = ("I", "eye")
+# functions users know by other names, and how matcalc writes them
+_SPELLED = {"solve": "write inv(A)@B: matcalc computes it as a solve", "log_softmax":
+            "write log(softmax(z)), which matcalc computes as z - logsumexp(z)", "logsoftmax":
+            "write log(softmax(z)), which matcalc computes as z - logsumexp(z)", "outer": "write x@y.T",
+            "dot": "write x.T@y or x:y", "trace": "write tr(A)", "transpose": "write A.T",
+            "maximum": "write relu(x - y) + y", "square": "write x**2", "norm": "write norm2(x)"}
 
 _DIM_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MAX_DIM = 10 ** 6
@@ -435,6 +441,16 @@ class _Typer:
             return "col"
         return None
 
+    def default_vector_hint(self, *nodes) -> str:
+        """For a name that is a vector only by its spelling (eps, lr: lower-case, not Greek), how
+        to make it a number: the likely intent where it fails to combine."""
+        for c in nodes:
+            if (c.kind == "name" and c.value not in self.declared and c.value not in getattr(self, "def_ast", {})
+                    and c.value not in IDENTITY_NAMES and self.kind_of(c.value) == 1):
+                return (f" ({c.value} is a vector by the spelling of its name; to make it a "
+                        f"number declare it: shapes={{'{c.value}': ()}}, --shape {c.value}=scalar)")
+        return ""
+
     def broadcast(self, n, children, shapes, verb):
         """Elementwise operands: equal shapes, a scalar, or (as NumPy does with (1, m) and
         (n, 1) arrays) a row vector over the rows / a column vector over the columns of a
@@ -455,8 +471,8 @@ class _Typer:
                 if self.unify(s[1], out[1]) if ko == "row" else self.unify(s[0], out[0]):
                     out = s
                     continue
-            hint = ""
-            if (ko is None) != (ks is None):
+            hint = self.default_vector_hint(first_node, c)
+            if not hint and (ko is None) != (ks is None):
                 hint = (" (a 1×m row vector broadcasts over the rows of a matrix with m columns, an "
                         "n×1 column vector over the columns of a matrix with n rows)")
             self.fail(n, f"cannot {verb} {self.text(first_node)} ({self.show(first)}) and "
@@ -560,7 +576,7 @@ class _Typer:
         op = _USER.get(name)
         if op is None:
             close = difflib.get_close_matches(name, sorted(FUNCTIONS), n=1)
-            hint = f" (did you mean {close[0]}?)" if close else ""
+            hint = f" ({_SPELLED[name]})" if name in _SPELLED else f" (did you mean {close[0]}?)" if close else ""
             raise ParseError(f"unknown function {n.value}{hint}", self.source, n.start,
                              n.start + len(n.value))
         given = len(n.children)

@@ -151,3 +151,17 @@ def test_cli_help_and_version():
     assert r.returncode == 0 and "--wrt" in r.stdout and "--check" in r.stdout
     r = _cli("--version")
     assert r.returncode == 0 and matcalc.__version__ in r.stdout
+
+
+@pytest.mark.parametrize("expr,wrt,words", [
+    ("eps*w.T@w", "w", ["eps is a vector by the spelling of its name", "shapes={'eps': ()}", "--shape eps=scalar"]),
+    ("x.dot(y)", "x", ["x.dot is NumPy's", "x.T@y"]),
+    ("X.t@y", "y", ["the transpose is .T"]),
+    ("solve(K, y):y", "y", ["unknown function solve", "inv(A)@B"]),
+    ("sum(log_softmax(z))", "z", ["log(softmax(z))"]),
+])
+def test_refusals_say_how_matcalc_writes_it(expr, wrt, words):
+    with pytest.raises(MatcalcError) as e:
+        matcalc.derive(expr, wrt=wrt)
+    for w in words:
+        assert w in str(e.value), str(e.value)
