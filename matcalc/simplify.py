@@ -209,7 +209,12 @@ def s_mul(*fs: Expr) -> Expr:
             rest.append(f)
     if denominators and c != 0.0:
         for d in list(denominators):  # x∘y⊘x = y
-            if d in rest:
+            sinh = next((f for f in rest if d.op == "cosh" and f.op == "sinh" and f.args[0] == d.args[0]
+                         and f.shape == d.shape), None)
+            if d not in rest and sinh is not None:  # sinh(z)⊘cosh(z) = tanh(z) (log cosh's derivative)
+                rest[rest.index(sinh)] = s_func("tanh", d.args[0])
+                denominators.remove(d)
+            elif d in rest:
                 rest.remove(d)
                 denominators.remove(d)
             elif d.op == "mul" and d.shape == SCALAR and any(f in rest for f in d.args):
@@ -226,6 +231,9 @@ def s_mul(*fs: Expr) -> Expr:
         num = s_mul(*rest) if rest else const(1.0)
         q = _div_node(num, s_mul(*denominators), shape)
         return q if c == 1.0 else Expr("mul", (const(c), q), None, shape)
+    for f in list(rest):  # relu(z)∘step(z) = relu(z) (step is relu's derivative: relu(z)² differentiated)
+        if f.op == "step" and any(g.op == "relu" and g.args[0] == f.args[0] and g.shape == f.shape for g in rest):
+            rest.remove(f)
     rest = _collect_powers(rest)
     if not math.isfinite(c):  # an overflow: keep the factors as they are
         return Expr("mul", tuple(flat), None, shape)
@@ -405,7 +413,7 @@ def _collect_powers(fs):
 
 def s_pow(a: Expr, k: Expr) -> Expr:
     if k.op == "const":
-        if k.attr == 1.0:
+        if k.attr == 1.0 or a.op == "step" and k.attr > 0:  # (step(z)ᵏ = step(z): 0 or 1)
             return a
         if k.attr == 0.0:
             return const(1.0, a.shape)

@@ -46,3 +46,15 @@ def test_sizes_cancel_in_a_quotient():
     g = d.function(A=rng.standard_normal((3, 4)), x=rng.standard_normal(4))
     assert np.allclose(g, -np.ones(4) / 4)
     assert matcalc.derive("mean(x)*size(x, 0)", wrt="x").text == "1"
+
+
+def test_textbook_forms_of_log_cosh_and_the_squared_hinge():
+    rng = np.random.default_rng(4)
+    W, x, y = rng.standard_normal((3, 4)), rng.standard_normal(4), rng.standard_normal(3)
+    d = matcalc.derive("sum(log(cosh(W@x - y)))", wrt="W")
+    assert d.text == "tanh(W@x - y)@x.T"  # sinh(u)/cosh(u) is tanh(u)
+    assert np.allclose(d.function(W=W, x=x, y=y), np.outer(np.tanh(W @ x - y), x))
+    X, w, t = rng.standard_normal((5, 4)), rng.standard_normal(4), np.sign(rng.standard_normal(5))
+    d = matcalc.derive("sum(relu(1 - y*(X@w))**2)", wrt="w", shapes={"y": ("n",)})
+    assert "step" not in d.text  # relu(u)∘step(u) is relu(u)
+    assert np.allclose(d.function(X=X, w=w, y=t), -2 * X.T @ (np.maximum(1 - t * (X @ w), 0) * t))
