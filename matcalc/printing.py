@@ -257,7 +257,7 @@ class LatexPrinter(TextPrinter):
             if e.shape != SCALAR and e.attr != 0.0:  # an array of c's: c times ones of its shape
                 ones = ("\\mathbf{1}^{\\top}" if e.shape[0] == 1 else "\\mathbf{1}" if e.shape[1] == 1
                         else "\\mathbf{1}\\mathbf{1}^{\\top}")  # (a matrix: 1 1ᵀ, not a vector 1)
-                prec = POST if "top" in ones else ATOM
+                prec = ATOM if e.shape[1] == 1 else POST  # (ending in ^⊤: bracketed before another ^)
                 if abs(e.attr) != 1.0:
                     s, prec = f"{s}\\,{ones}", PROD
                 else:
