@@ -262,7 +262,8 @@ def function_source(backend: str, fname: str, outputs: list, param_names: list, 
     outputs = optimize(list(outputs))
     results = em.emit(outputs)
     if backend == "torch":  # (jax arrays are immutable)
-        results = [f"{r}.clone()" if copy else r for r, copy in zip(results, codegen.shared(outputs, em.code))]
+        results = [f"{r}.clone()" if copy else r
+                   for r, copy in zip(results, codegen.shared(outputs, em.code, scalars=True))]
     head = [f"def {fname}(*, {', '.join(params[p] for p in param_names)}):"]
     if doc:
         safe = not any(ch in doc for ch in "\\\"'\n")

@@ -513,17 +513,19 @@ def host_number(n: Expr) -> bool:
     return n.op in ("add", "mul", "div", "pow") and all(host_number(a) for a in n.args)
 
 
-def shared(outputs: list, code: dict) -> list:
+def shared(outputs: list, code: dict, scalars: bool = False) -> list:
     """For each output, whether its value may be an argument or a view of one (x itself, Aᵀ,
     diag(X)), or an array an earlier output also is or views (a temporary, named in
     ``code``, the emitter's code of each node): such a result is returned as a copy, so
-    that changing a gradient in place changes neither an input nor another result."""
+    that changing a gradient in place changes neither an input nor another result.
+    ``scalars``: a scalar is an array too (torch's 0-d tensors; NumPy's code gives floats)."""
     seen, out = set(), []
     for o in outputs:
         base = o
         while REGISTRY[base.op].view:
             base = base.args[0]
-        out.append(o.shape != SCALAR and (base.op == "sym" or base in seen and code[base].isidentifier()))
+        out.append((o.shape != SCALAR or scalars and not host_number(o))
+                   and (base.op == "sym" or base in seen and code[base].isidentifier()))
         seen.add(base)
     return out
 

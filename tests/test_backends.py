@@ -377,6 +377,12 @@ def test_a_torch_gradient_never_shares_memory_with_an_argument():
         assert torch.equal(g, want)
         g[0] = 100.0
         assert X[0, 0] == 0.0 and y[0] == 1.0
+    beta = torch.tensor(2.0, dtype=torch.float64)  # a scalar is a 0-d tensor: also a copy
+    g = matcalc.derive("alpha*beta", wrt="alpha").callable("torch")(alpha=torch.tensor(1.0, dtype=torch.float64),
+                                                                    beta=beta)
+    assert g == 2.0 and g is not beta
+    g.mul_(0.0)
+    assert beta == 2.0
 
 
 # numbers computed on the host (a dimension squared, a constant over a norm, a size as the
