@@ -89,6 +89,9 @@ class GradientFunction:
                                      f"elsewhere (declared shape {shape})")
                 out[self.params[name]] = arr
                 continue
+            if arr.size == 1 and shape and all(d == 1 for d in shape):  # (1,) / (1, 1): any one number
+                out[self.params[name]] = arr
+                continue
             if arr.ndim == len(shape) and any(d == 1 for d in shape):
                 for d, s in zip(shape, arr.shape):
                     if d == 1 and s != 1:

@@ -475,7 +475,10 @@ class _LinearMap:
         sizes = {}
         for name, shape in self.user_shapes.items():
             if name in values:
-                for d, s in zip(shape, np.shape(values[name])):
+                given = np.shape(values[name])
+                if len(given) < len(shape):  # a row or column given as a 1-D vector: skip the 1
+                    given = tuple(1 if d == 1 else given[0] for d in shape) if given else ()
+                for d, s in zip(shape, given):
                     sizes.setdefault(d, s)
         return tuple(d if isinstance(d, int) else _dim_size(d, sizes) for d in shape_user if d != 1)
 
@@ -499,8 +502,8 @@ class _LinearMap:
         t = self._tangent_array(V, values, in_shape, what)
         out = self._fn(key)(t, **conv)
         target = self._concrete(out_shape, values)
-        if not target:
-            return float(np.reshape(out, ()))
+        if not target:  # a number, or a (1,) / (1, 1) array if the argument was given as one
+            return float(np.reshape(out, ())) if np.ndim(like) == 0 else np.reshape(out, np.shape(like)).astype(float)
         if len(target) == 1 and np.ndim(like) == 2 and np.size(like) == target[0]:
             target = np.shape(like)
         return np.reshape(np.asarray(out, dtype=float), target)

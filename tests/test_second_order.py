@@ -587,3 +587,14 @@ def test_the_dense_hessian_of_a_long_product_compiles():
     v = V.reshape(-1, order="F")
     assert np.isclose(v @ M @ v, second, rtol=1e-4)
     assert np.allclose(M @ v, h.hvp(V, X=X).reshape(-1, order="F"))
+
+
+def test_products_take_rows_squeezed_and_one_by_one_arguments_as_given():
+    # a row (1, m) given 1-D raised KeyError: 'm'; a (1, 1) given as such came back a float
+    h = matcalc.hessian("x:x", "x", shapes={"x": (1, "m")})
+    assert np.array_equal(h.hvp(np.ones(3), x=np.ones(3)), 2 * np.ones(3))
+    assert np.array_equal(h.hvp(np.ones((1, 3)), x=np.ones((1, 3))), 2 * np.ones((1, 3)))
+    h = matcalc.hessian("sum(X)**2", "X", shapes={"X": (1, 1)})  # H = 2
+    got = h.hvp(np.full((1, 1), 1.5), X=np.full((1, 1), 2.0))
+    assert isinstance(got, np.ndarray) and got.shape == (1, 1) and got[0, 0] == 3.0
+    assert h.hvp(1.5, X=2.0) == 3.0
