@@ -267,6 +267,7 @@ def over_size_choices(user_shapes: dict, fixed, run) -> CheckReport:
             for f in ir.dim_factors(d) if isinstance(d, str) else ():
                 if isinstance(f, str) and f not in dims:
                     dims.append(f)
+
     def at(sizes):
         try:
             return run(sizes)

@@ -41,7 +41,6 @@ def exact_number(v: float):
     0.333…), else a simple fraction of √π, √2, √(2π), π or log 2 within 4 ulps of it (2/√π
     for erf's 1.1283791670955126, 1/√(2π) for gelu's), else its shortest decimal
     (1.000000000001 stays itself)."""
-    import math
     from fractions import Fraction
 
     f = Fraction(v).limit_denominator(10 ** 6)
@@ -648,6 +647,7 @@ def exact_check(d, seed: int = 0, sizes: dict | None = None, domain: dict | None
     domains = infer_domains(d.lam, d.symbols)
     domains.update(domain or {})
     values, entries = {}, {}
+
     def concrete(shape):  # (a product dimension a*b: the product of its factors' sizes)
         return tuple(math.prod(chosen.get(f, f) for f in ir.dim_factors(x)) if isinstance(x, str) and "*" in x
                      else chosen.get(x, x) for x in shape)
