@@ -155,6 +155,8 @@ class _Typer:
         self.notes: list = []         # NotationWarning: accepted, but probably not what was meant
         self.noted: dict = {}         # id(ast node) -> its note
         self.bcast: dict = {}         # id(ast node) -> ("rows", n) | ("cols", m): broadcast operand
+        self.def_ast: dict = {}       # a definition's name -> its parse tree, once typed
+        self.def_ir: dict = {}        # a definition's name -> its IR, once built
 
     # ---- union-find over dimensions
     def fresh(self):
@@ -445,7 +447,7 @@ class _Typer:
         """For a name that is a vector only by its spelling (eps, lr: lower-case, not Greek), how
         to make it a number: the likely intent where it fails to combine."""
         for c in nodes:
-            if (c.kind == "name" and c.value not in self.declared and c.value not in getattr(self, "def_ast", {})
+            if (c.kind == "name" and c.value not in self.declared and c.value not in self.def_ast
                     and c.value not in IDENTITY_NAMES and self.kind_of(c.value) == 1):
                 return (f" ({c.value} is a vector by the spelling of its name; to make it a "
                         f"number declare it: shapes={{'{c.value}': ()}}, --shape {c.value}=scalar)")
@@ -775,7 +777,6 @@ def typecheck(ast: Node, source: str, declared: dict | None = None,
     used |= {k for k in (definitions or {}) if isinstance(k, str)} | set(declared or {})
     t.user_dim_names = t.user_dim_names | used
     t._names = (n for n in _letters() if n not in t.user_dim_names)
-    t.def_ast, t.def_ir = {}, {}
     parsed = []
     for name, text, tree in _in_use_order(definitions or {}, parse):
         if not isinstance(name, str) or not _DIM_RE.match(name) or name in IDENTITY_NAMES:
