@@ -43,7 +43,7 @@ class Derivation:
         self._dims = dim_sources(typed.symbols)  # dimension -> (symbol, axis), for size(x, 0)
         self._backend_cache: dict = {}
         taken = set(typed.symbols) | set(user_names.values())
-        extra = auto_names([G], taken | set(names.values()), names)
+        extra = auto_names([G], taken | set(names.values()), names, key=simplify)
         self._names = {**names, **extra}  # user and automatic names, and those of their differentials
         if tree_size(G) > MAX_TREE:  # written out it would be huge: name the shared parts
             shared = shared_names([G], taken | set(self._names.values()), self._names)
@@ -420,7 +420,7 @@ def _derive_one(expr, typed, wrt, syntax="matcalc", symmetric=(), form=None) -> 
     dlam, rules, dmemo = differential(primal, wrt)
     names = dict(user_names)
     roots = [primal] if dlam is None else [primal, dlam]
-    names.update(auto_names(roots, set(typed.symbols) | set(user_names.values()), user_names))
+    names.update(auto_names(roots, set(typed.symbols) | set(user_names.values()), user_names, key=simplify))
     for node, name in list(names.items()):
         dn = dmemo.get(node)
         if dn is not None and dn.op != "delta" and dn not in names:

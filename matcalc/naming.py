@@ -31,10 +31,28 @@ def _compound(e: Expr) -> bool:
                                                    and e.args[0].op == "const" and not e.args[1].args)
 
 
-def auto_names(roots, taken: set, existing: dict) -> dict:
-    """node -> name for the notable subexpressions of ``roots`` (a list of expressions)."""
+def auto_names(roots, taken: set, existing: dict, key=None) -> dict:
+    """node -> name for the notable subexpressions of ``roots`` (a list of expressions).
+
+    key(node) is a node's normal form (the identity without it): nodes with one normal form
+    are one quantity and get one name (λ keeps the user's -y*(X@w), its differential the
+    flattened product), and a node whose normal form has a name in ``existing`` takes it."""
+    key = key or (lambda n: n)
+    known = {key(n): name for n, name in existing.items()}
     wanted: list = []  # (node, letter) in order of first appearance, inner first
+    alias: dict = {}  # a node -> the earlier node of its normal form
+    first: dict = {}  # normal form -> its first node
     seen = set()
+
+    def want(node, letter):
+        k = key(node)
+        if k in known:
+            alias[node] = known[k]
+        elif k in first:
+            alias[node] = first[k]
+        else:
+            first[k] = node
+            wanted.append((node, letter))
 
     def visit(root):
         for n in ir.walk(root):
@@ -43,9 +61,9 @@ def auto_names(roots, taken: set, existing: dict) -> dict:
             seen.add(n)
             if n.op in LETTERS and _compound(n.args[0]):
                 arg = n.args[0]
-                if arg not in existing and all(a is not arg for a, _ in wanted):
-                    wanted.append((arg, PRE_ACTIVATION))
-                wanted.append((n, LETTERS[n.op]))
+                if arg not in existing and arg not in alias and all(a is not arg for a, _ in wanted):
+                    want(arg, PRE_ACTIVATION)
+                want(n, LETTERS[n.op])
 
     for r in roots:
         visit(r)
@@ -63,6 +81,8 @@ def auto_names(roots, taken: set, existing: dict) -> dict:
                 name = f"{letter}{counter}"
             used.add(name)
             names[node] = name
+    for node, other in alias.items():
+        names[node] = other if isinstance(other, str) else names[other]
     return names
 
 
@@ -74,7 +94,8 @@ def definitions_in_order(names: dict) -> list:
         for n in ir.walk(node):
             if n in names and n not in placed:
                 placed.add(n)
-                order.append((names[n], n))
+                if names[n] not in [name for name, _ in order]:  # one quantity, two forms: its first
+                    order.append((names[n], n))
     return order
 
 

@@ -205,3 +205,17 @@ def test_the_function_shows_its_keywords_and_the_question():
     assert d.function.__doc__ == "∂λ/∂W for λ = alpha*(exp(W@x+c)-W@x-c+m*m-1):1; shape (a, b)."
     vg = matcalc.value_and_grad("x:x + y:x", wrt=["x", "y"])
     assert str(inspect.signature(vg.function)) == "(*, x, y)" and "x:x + y:x" in vg.function.__doc__
+
+
+@pytest.mark.parametrize("expr, wrt", [
+    ("sum(log(1+exp(-y*(X@w))))", "w"),        # λ keeps -y*(X@w) nested, dz flattens it
+    ("sum(log(1+exp(-(y*(X@w)))))", "w"),
+    ("sum(tanh(-2*x*(A@w)))", "w"),
+])
+def test_one_quantity_gets_one_name(expr, wrt):
+    d = matcalc.derive(expr, wrt=wrt)
+    texts = list(d.definitions.values())
+    assert len(texts) == len(set(texts)), d.definitions  # no two names for one value
+    lines = "\n".join(d.derivation_lines())
+    for name in d.definitions:
+        assert name in lines.split("where", 1)[1]
