@@ -10,7 +10,7 @@ from .differential import differential
 from .errors import DeriveError, MatcalcError, ShapeError, not_in_expression
 from .function import GradientFunction
 from .parse import parse
-from .naming import DiffName, auto_names, definitions_in_order, shared_names, tree_size
+from .naming import DiffName, auto_names, definitions_in_order, shared_names
 from .printing import dim_sources, tex_name
 from .printing import to_latex as _to_latex
 from .printing import to_text as _to_text
@@ -45,7 +45,7 @@ class Derivation:
         taken = set(typed.symbols) | set(user_names.values())
         extra = auto_names([G], taken | set(names.values()), names, key=simplify)
         self._names = {**names, **extra}  # user and automatic names, and those of their differentials
-        if tree_size(G) > MAX_TREE:  # written out it would be huge: name the shared parts
+        if ir.tree_size(G) > MAX_TREE:  # written out it would be huge: name the shared parts
             shared = shared_names([G], taken | set(self._names.values()), self._names)
             self._user_names = {**user_names, **shared}
             self._names.update(shared)
@@ -92,6 +92,15 @@ class Derivation:
     def definitions(self) -> dict:
         """The named quantities the short form and the steps use: name -> text."""
         return dict(self._definitions(self._print))
+
+    def short_definitions(self, latex: bool = False) -> dict:
+        """The definitions the short form uses, and those their values use: name -> text
+        (LaTeX with latex=True, keyed by the LaTeX name)."""
+        prim = self._prim_names()
+        used = {prim[n] for n in ir.walk(self.gradient) if n in prim}
+        if latex:
+            return {tex_name(k): v for k, v in self._definitions(self._latex) if k in used}
+        return {k: v for k, v in self._definitions(self._print) if k in used}
 
     @cached_property
     def short_text(self) -> str:

@@ -273,7 +273,7 @@ def run(argv=None) -> int:
         else:
             out.append(f"∂λ/∂{w} = {d.text}")
             if d.short_text != d.text:
-                where = ", ".join(f"{k} = {v}" for k, v in d.definitions.items())
+                where = ", ".join(f"{k} = {v}" for k, v in d.short_definitions().items())
                 out.append(f"{' ' * (len(w) + 4)} = {d.short_text}    where {where}")
             out.append(f"shape: {d.shape_text}; {d.shape_reason}")
             if d.symmetric_note:
@@ -319,7 +319,7 @@ def json_object(d, report=None, exact=None, backend: str = "numpy") -> dict:
         obj[f"{backend}_source"] = d.source(backend)
     obj.setdefault("wrt_latex", tex_name(d.wrt))
     obj.setdefault("short_latex", d.short_latex)
-    obj.setdefault("definitions_latex", {tex_name(k): v for k, v in d._definitions(d._latex)})
+    obj.setdefault("definitions_latex", d.short_definitions(latex=True))
     obj.setdefault("steps_latex", d.steps_latex)
     obj.setdefault("derivation", d.derivation_lines())
     return obj

@@ -266,6 +266,14 @@ def walk(root: Expr):
     return order
 
 
+def tree_size(root: Expr) -> int:
+    """How many nodes the expression has when written out as a tree (shared parts repeated)."""
+    size: dict = {}
+    for n in walk(root):
+        size[n] = 1 + sum(size[a] for a in n.args)
+    return size[root]
+
+
 def symbols(root: Expr):
     """The symbols of an expression, in order of first appearance (left to right)."""
     return [n for n in walk(root) if n.op == "sym"]

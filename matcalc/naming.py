@@ -99,14 +99,6 @@ def definitions_in_order(names: dict) -> list:
     return order
 
 
-def tree_size(root: Expr) -> int:
-    """How many nodes the expression has when written out as a tree (shared parts repeated)."""
-    size: dict = {}
-    for n in ir.walk(root):
-        size[n] = 1 + sum(size[a] for a in n.args)
-    return size[root]
-
-
 def shared_names(roots, taken: set, existing: dict, min_size: int = 6) -> dict:
     """u1, u2, … for subexpressions used more than once: what keeps the printed form of a
     result whose tree is exponentially larger than its DAG (nested softmax) small."""

@@ -22,7 +22,8 @@ from .api import MAX_TREE
 from .adjoint import Step, pullback
 from .differential import differential
 from .errors import DeriveError, NotationWarning, ShapeError, not_in_expression
-from .naming import definitions_in_order, shared_names, tree_size
+from .naming import definitions_in_order, shared_names
+from .ir import tree_size
 from .printing import tex_name, to_latex, to_text
 from .simplify import simplify, stabilize
 

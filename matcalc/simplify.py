@@ -9,6 +9,7 @@ transposes vanish, scalars move to the front, common factors are pulled out
 """
 from __future__ import annotations
 
+import itertools
 import math
 import weakref
 
@@ -108,6 +109,11 @@ def _s_add(terms) -> Expr:
     for t in terms:
         flat.extend(t.args if t.op == "add" else [t])
     shape = ir._broadcast([t.shape for t in flat])
+    shorter = _open_brackets(flat, shape)
+    if shorter is None:
+        shorter = _complementary_sigmoids(flat, shape)
+    if shorter is not None:
+        return shorter
     total = 0.0
     coeffs: dict = {}
     for t in flat:
@@ -137,6 +143,68 @@ def _s_add(terms) -> Expr:
     if len(out) == 1:
         return out[0]
     return Expr("add", tuple(out), None, ir._broadcast([t.shape for t in out]))
+
+
+def _open_brackets(flat, shape):
+    """c(a + b) + … = ca + cb + … for a number c, when terms then cancel and the sum gets
+    shorter: (1 − σ(z)) − (1 − σ(−z)) = σ(−z) − σ(z).  None otherwise."""
+    opened, changed = [], False
+    for t in flat:
+        c, core = split_coeff(t)
+        if core is not None and core.op == "add" and core.shape == t.shape:
+            opened.extend(scale(c, u) for u in core.args)
+            changed = True
+        else:
+            opened.append(t)
+    if not changed:
+        return None
+    out = _s_add(opened)
+    if out.shape != shape or ir.tree_size(out) >= ir.tree_size(Expr("add", tuple(flat), None, shape)):
+        return None
+    return out
+
+
+def _complementary_sigmoids(flat, shape):
+    """a∘σ(z) + b∘σ(−z) = (a − b)∘σ(z) + b, with σ(−z) = 1 − σ(z) and the products written
+    out, when the sum gets shorter: the logistic loss with 0/1 labels, (1 − y)∘σ(z) − y∘σ(−z),
+    becomes σ(z) − y, as PyTorch's BCE-with-logits computes it.  None when the sum has no such
+    pair, is not linear in σ, or would not get shorter."""
+    sig = [f.args[0] for t in flat for f in factors(t) if f.op == "sigmoid"]
+    if len(sig) < 2:
+        return None
+    pair = next((z for z in sig if _negated(z) in sig), None)
+    if pair is None:
+        return None
+    z, minus = (pair, _negated(pair)) if pair.op != "mul" or pair.args[0].op != "const" else (
+        _negated(pair), pair)  # σ of the side without a leading −1 stays
+    s_z, s_minus = Expr("sigmoid", (z,), None, z.shape), Expr("sigmoid", (minus,), None, z.shape)
+    one_minus = (const(1.0), s_mul(const(-1.0), s_z))
+    terms = []
+    for t in flat:
+        fs = factors(t)
+        if s_z not in fs and s_minus not in fs:
+            terms.append(t)
+            continue
+        if sum(f in (s_z, s_minus) for f in fs) > 1 or any(
+                f not in (s_z, s_minus) and _contains(f, (s_z, s_minus)) for f in fs):
+            return None  # not linear in σ: σ(z)∘σ(−z) written out is a cubic that cancels
+        choices = [one_minus if f == s_minus else (f.args if f.op == "add" else (f,)) for f in fs]
+        if math.prod(len(c) for c in choices) > 16:
+            return None
+        for pick in itertools.product(*choices):
+            terms.append(s_mul(*pick))
+    out = _s_add(terms)
+    if out.shape != shape or ir.tree_size(out) >= ir.tree_size(Expr("add", tuple(flat), None, shape)):
+        return None
+    return out
+
+
+def _contains(e: Expr, nodes) -> bool:
+    return any(n in nodes for n in ir.walk(e))
+
+
+def _negated(z: Expr) -> Expr:
+    return s_mul(const(-1.0), z)
 
 
 def _factor(items, total, shape):

@@ -219,3 +219,16 @@ def test_one_quantity_gets_one_name(expr, wrt):
     lines = "\n".join(d.derivation_lines())
     for name in d.definitions:
         assert name in lines.split("where", 1)[1]
+
+
+def test_the_short_form_lists_only_the_names_it_uses():
+    # the logistic loss names z1, q1, q2, s1 in λ's steps; the short gradient uses s2 = sigmoid(z2)
+    d = matcalc.derive("-(y:log(sigmoid(X@w)) + (1-y):log(1-sigmoid(X@w)))", wrt="w")
+    used = d.short_definitions()
+    assert set(used) < set(d.definitions)
+    for name in used:  # each listed name is in the short form or in another listed value
+        assert name in d.short_text or any(name in v for v in used.values())
+    out = subprocess.run([sys.executable, "-m", "matcalc", "derive", d.expr, "--wrt", "w"],
+                         capture_output=True, text=True, check=True).stdout
+    where = out.split("where", 1)[1].split("\n", 1)[0]
+    assert {part.split(" = ")[0].strip() for part in where.split(", ")} == set(used)

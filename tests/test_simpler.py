@@ -58,3 +58,28 @@ def test_textbook_forms_of_log_cosh_and_the_squared_hinge():
     d = matcalc.derive("sum(relu(1 - y*(X@w))**2)", wrt="w", shapes={"y": ("n",)})
     assert "step" not in d.text  # relu(u)∘step(u) is relu(u)
     assert np.allclose(d.function(X=X, w=w, y=t), -2 * X.T @ (np.maximum(1 - t * (X @ w), 0) * t))
+
+
+def _sigmoid(z):
+    return 1 / (1 + np.exp(-z))  # accurate in the tails (0.5(1 + tanh(z/2)) cancels at z ≪ 0)
+
+
+def test_logistic_loss_with_0_1_labels_reads_as_the_textbook():
+    # -Σ y log σ(Xw) + (1-y) log(1-σ(Xw)): the textbook gradient is Xᵀ(σ(Xw) − y)
+    rng = np.random.default_rng(3)
+    X, w = rng.standard_normal((7, 4)), rng.standard_normal(4)
+    y = (rng.random(7) > 0.5).astype(float)
+    for expr in ("-(y:log(sigmoid(X@w)) + (1-y):log(1-sigmoid(X@w)))",
+                 "-sum(y*log(sigmoid(X@w)) + (1-y)*log(1-sigmoid(X@w)))"):
+        d = matcalc.derive(expr, wrt="w")
+        assert d.text == "X.T@(sigmoid(X@w) - y)"
+        assert np.allclose(d.function(X=X, w=w, y=y), X.T @ (_sigmoid(X @ w) - y))
+
+
+def test_complementary_sigmoids_are_not_expanded_into_a_cubic():
+    # d/dz σ(z)σ(-z) = σ(z)σ(-z)(σ(-z) - σ(z)); σ + 2σ³ - 3σ² would cancel to noise at z = 30,
+    # and so did (1 - σ(z)) - (1 - σ(-z)) at z = -25
+    d = matcalc.derive("sigmoid(z):sigmoid(-z)", wrt="z")
+    z = np.array([30.0, -25.0, 0.5])
+    s, t = _sigmoid(z), _sigmoid(-z)
+    assert np.allclose(d.function(z=z), s * t * (t - s), rtol=1e-9, atol=0)
