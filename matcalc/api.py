@@ -151,9 +151,9 @@ class Derivation:
         lines = [f"λ = {self._print(self.lam, self._prim_names())}"]
         if self.definitions:
             lines.append("where " + ", ".join(f"{k} = {v}" for k, v in self.definitions.items()))
-        for i, st in enumerate(self.steps):
+        for i, (st, text) in enumerate(self._shown_steps):
             prefix = "dλ = " if i == 0 else "   = "
-            lines.append(f"{prefix}{self._print(st.after, self._step_names(st), True)}    [{st.identity}]")
+            lines.append(f"{prefix}{text}    [{st.identity}]")
         if not self.steps:
             lines.append("dλ = 0    [λ does not change with " + self.wrt + "]")
         lines.append(f"∂λ/∂{self.wrt} = {self.short_text}")
@@ -171,6 +171,19 @@ class Derivation:
 
         return NOTE.format(S=self.wrt) if self.wrt in self.symmetric else ""
 
+    @cached_property
+    def _shown_steps(self) -> list:
+        """[(step, its text)] without a step that reads as the line before it (a scalar moved
+        across ':' in a product that prints the same either way): a line that repeats the
+        last one, under an identity's name, only puzzles a reader."""
+        shown, last = [], None
+        for st in self.steps:
+            text = self._print(st.after, self._step_names(st), True)
+            if text != last:
+                shown.append((st, text))
+            last = text
+        return shown
+
     def _step_names(self, step):
         """The names a step is printed with: all but those written out by then."""
         return {k: v for k, v in self._names.items() if k not in step.expanded}
@@ -184,7 +197,7 @@ class Derivation:
         rows = [f"\\lambda &= {self._latex(self.lam, self._prim_names())}"]
         for name, tex in self._definitions(self._latex):
             rows.append(f"{tex_name(name)} &= {tex}")
-        for i, st in enumerate(self.steps):
+        for i, (st, _) in enumerate(self._shown_steps):
             lhs = "\\mathrm{d}\\lambda &= " if i == 0 else "&= "
             shown = self._step_names(st)
             note = st.identity_latex or f"\\text{{{_tex_escape(st.identity)}}}"
@@ -312,8 +325,7 @@ class Derivation:
         out = {"wrt": self.wrt, "expr": self.expr, "gradient": self.text, "latex": self.latex,
                "shape": list(self.shape), "shape_text": self.shape_text,
                "steps": [{"before": self._print(s.before, self._step_names(s), True),
-                          "after": self._print(s.after, self._step_names(s), True), "identity": s.identity}
-                         for s in self.steps],
+                          "after": text, "identity": s.identity} for s, text in self._shown_steps],
                "numpy_source": self.numpy_source, "short_gradient": self.short_text,
                "definitions": self.definitions, "shape_reason": self.shape_reason,
                "numerator_layout": {"gradient": self.layout("numerator")[0],

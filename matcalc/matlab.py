@@ -19,7 +19,7 @@ from .ops import REGISTRY
 from .errors import ParseError
 from .ir import SCALAR, Expr
 from .parse import Node, grammar_parser
-from .printing import ATOM, NEG, POST, POW, PROD, TextPrinter, _neg_split, fmt_number
+from .printing import ATOM, NEG, POST, POW, PROD, TextPrinter, _minus, _neg_split, fmt_number
 from .shapes import GREEK, _Typer
 
 # the binary operators: MATLAB spelling -> the mul node's value
@@ -213,7 +213,7 @@ class MatlabPrinter(TextPrinter):
                     and fs[1].args[0].attr == 1.0:  # c*(1/x) prints as c./x
                 d = fs[1].args[1]
                 s = f"{self.wrap(fs[0], PROD)}{'/' if d.shape == SCALAR else './'}{self.wrap(d, PROD, strict=True)}"
-                return ("-" + s if negative else s), PROD
+                return (_minus(s) if negative else s), PROD
             out = ""
             for i, f in enumerate(fs):
                 scalars_before = all(g.shape == SCALAR for g in fs[:i])
@@ -228,7 +228,7 @@ class MatlabPrinter(TextPrinter):
                     out += ".*" if array_pair else "*"
                 out += s
             if negative:
-                return "-" + out, (NEG if len(fs) == 1 else PROD)
+                return _minus(out), (NEG if len(fs) == 1 else PROD)
             return out, PROD
         if op == "matmul":
             a, b = e.args

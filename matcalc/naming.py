@@ -90,12 +90,16 @@ def definitions_in_order(names: dict) -> list:
     """[(name, node)] with every name after the names its value uses."""
     order = []
     placed = set()
+    simplest: dict = {}  # name -> its smallest node (one quantity can have two forms: -(-y) and y)
+    for node in names:
+        if ir.tree_size(node) < ir.tree_size(simplest.get(names[node], node)) or names[node] not in simplest:
+            simplest[names[node]] = node
     for node in names:
         for n in ir.walk(node):
             if n in names and n not in placed:
                 placed.add(n)
-                if names[n] not in [name for name, _ in order]:  # one quantity, two forms: its first
-                    order.append((names[n], n))
+                if names[n] not in [name for name, _ in order]:
+                    order.append((names[n], simplest[names[n]]))
     return order
 
 

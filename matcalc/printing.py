@@ -70,6 +70,8 @@ class TextPrinter:
             s = self.wrap(pos, ADD, strict=True)
             if i == 0 and negative and _ones_first(pos) and not s.startswith("("):
                 s = f"({s})"
+            if negative and s.startswith("-"):
+                s = f"({s})"  # a - (-b), never a - -b
             parts.append(s if i == 0 and not negative else (("-" if i == 0 else " - ") + s if negative else " + " + s))
         return "".join(parts)
 
@@ -96,7 +98,7 @@ class TextPrinter:
             if len(fs) == 2 and fs[0].op == "const" and fs[1].op == "div" and fs[1].args[0].op == "const" \
                     and fs[1].args[0].attr == 1.0:  # c*(1/x) prints as c/x
                 s = f"{self.wrap(fs[0], PROD)}/{self.wrap(fs[1].args[1], PROD, strict=True)}"
-                return ("-" + s if negative else s), PROD
+                return (_minus(s) if negative else s), PROD
             out = []
             for i, f in enumerate(fs):
                 scalars_before = all(g.shape == SCALAR for g in fs[:i])
@@ -111,7 +113,7 @@ class TextPrinter:
             if negative:
                 if len(fs) == 1 and _ones_first(fs[0]):
                     s = f"({s})"  # -(1.T@A): a bare -1.T would scale before @ gives it a size
-                return "-" + s, (NEG if len(fs) == 1 else PROD)
+                return _minus(s), (NEG if len(fs) == 1 else PROD)
             return s, PROD
         if op == "matmul":
             a, b = e.args
@@ -151,6 +153,11 @@ class TextPrinter:
             name, axis = self.dims[d]
             return f"size({name}, {axis})"
         return f"size({d})"
+
+
+def _minus(s: str) -> str:
+    """-s, bracketed when s itself starts with a minus: -(-y*x), never --y*x."""
+    return f"-({s})" if s.startswith("-") else "-" + s
 
 
 def _ones_matrix(e: Expr, printer) -> bool:
@@ -286,7 +293,7 @@ class LatexPrinter(TextPrinter):
                 else:
                     out += " \\circ " + s
             if negative:
-                return "-" + out, (NEG if len(fs) == 1 else PROD)
+                return _minus(out), (NEG if len(fs) == 1 else PROD)
             return out, PROD
         if op == "matmul":
             a, b = e.args

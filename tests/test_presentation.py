@@ -135,6 +135,8 @@ def test_latex_of_every_corpus_case_renders():
         for d in matcalc.derive(case["expr"], wrt=[case["wrt"]], shapes=case["shapes"]).values():
             texts += [d.latex, d.short_latex, d.steps_latex, d._repr_latex_().strip("$")]
     texts.append(matcalc.derive(RELU, wrt="W0").steps_latex)
+    # 83,000 characters, more than KaTeX's default 1000 macro expansions: the page raises maxExpand
+    texts.append(matcalc.hessian("norm2(softmax(w/(1 + exp(w))))", "w").steps_latex)
     for expr, wrt in NEW_OPERATORS:  # every registry operator's LaTeX, in results and steps
         d = matcalc.derive(expr, wrt=wrt)
         texts += [d.latex, d.steps_latex]
@@ -232,3 +234,26 @@ def test_the_short_form_lists_only_the_names_it_uses():
                          capture_output=True, text=True, check=True).stdout
     where = out.split("where", 1)[1].split("\n", 1)[0]
     assert {part.split(" = ")[0].strip() for part in where.split(", ")} == set(used)
+
+
+@pytest.mark.parametrize("expr, wrt", [
+    ("tanh(mean(inv(F) - (F - D)))", "D"), ("sum(logsigmoid(-y*(X@w)))", "w"), ("-(-(x:x))", "x"),
+])
+def test_no_double_minus(expr, wrt):
+    d = matcalc.derive(expr, wrt=wrt)
+    text = "\n".join(d.derivation_lines()) + d.steps_latex + d.text
+    assert "--" not in text and "- -" not in text
+
+
+def test_a_definition_is_written_in_its_simplest_form():
+    # σ(−z1) of the logsigmoid rule is σ(−(−y∘Xw)): the same quantity as y∘Xw, written so
+    d = matcalc.derive("sum(logsigmoid(-y*(X@w)))", wrt="w")
+    assert "y*(X@w)" in d.definitions.values() and "-(-y*(X@w))" not in d.definitions.values()
+
+
+@pytest.mark.parametrize("expr, wrt", [("norm2(softmax(t*t))", "t"), ("tanh(tr(-H)*logsumexp(X@u))", "H")])
+def test_no_step_repeats_the_line_before(expr, wrt):
+    d = matcalc.derive(expr, wrt=wrt)
+    rows = [line.split("    [")[0].split("= ", 1)[1] for line in d.derivation_lines() if line.lstrip().startswith(("dλ =", "="))]
+    assert all(a != b for a, b in zip(rows, rows[1:])), rows
+    assert [s["after"] for s in d.to_dict()["steps"]] == rows

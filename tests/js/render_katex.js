@@ -6,7 +6,7 @@ process.stdin.on("data", (c) => (input += c));
 process.stdin.on("end", () => {
   const out = JSON.parse(input).map((tex) => {
     try {
-      katex.renderToString(tex, { throwOnError: true, displayMode: true, strict: "error" });
+      katex.renderToString(tex, { throwOnError: true, displayMode: true, strict: "error", maxExpand: 1e6 });  // as the page
       return null;
     } catch (e) {
       return String(e.message || e);

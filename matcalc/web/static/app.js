@@ -24,7 +24,9 @@
       el.textContent = `(${src.length} characters of LaTeX: too long to typeset here; see the text form)`;
       el.classList.add("muted");
     } else if (window.katex) {
-      window.katex.render(src, el, { displayMode: true, throwOnError: false, strict: "ignore" });
+      // maxExpand: KaTeX stops at 1000 macro expansions (a guard against \def loops, which this
+      // LaTeX never has); a large Hessian's derivation needs more than that
+      window.katex.render(src, el, { displayMode: true, throwOnError: false, strict: "ignore", maxExpand: 1e6 });
     } else {
       el.textContent = src;
     }
