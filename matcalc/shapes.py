@@ -506,6 +506,11 @@ class _Typer:
         if b.kind == "num" and not self.is_scalar(sa):
             self.special[id(b)] = sa
             return (1, 1)
+        for side, other, s_other in ((a, b, sb), (b, a, sa)):
+            one = self.scaled_one(side)
+            if one is not None and not self.is_scalar(s_other):  # alpha*1:dp, 1/n:dW
+                self.special[id(one)] = s_other
+                return (1, 1)
         one_a, one_b = self.ones_operand(a), self.ones_operand(b)
         if one_b is not None and one_b is not b and not self.is_scalar(sa):  # x.T:1.T
             self.set_ones(b, one_b, sa)
@@ -525,6 +530,23 @@ class _Typer:
                 self.fail(n, f"the Frobenius product {self.text(n)} needs equal shapes, but "
                              f"{self.text(a)} is {self.describe(sa)} and {self.text(b)} is {self.describe(sb)}")
         return (1, 1)
+
+    def scaled_one(self, node):
+        """The literal 1 of a number-valued product c*1, c*1/n or -1/n (every other factor a
+        number) on a side of ':', else None: it is the all-ones array of the other side's
+        shape, as a bare 1 is there, so (γ1):B reads back as written."""
+        if node.kind == "neg":
+            return self.scaled_one(node.children[0])
+        if node.kind != "mul" or node.value not in ("*", "/") or not self.is_scalar(self.shape[id(node)]):
+            return None
+        parts = node.children if node.value == "*" else node.children[:1]
+        for i, c in enumerate(parts):
+            if c.kind == "num" and c.value == 1.0:
+                return c
+            found = self.scaled_one(c)
+            if found is not None:
+                return found
+        return None
 
     def ones_operand(self, node):
         """The AST node of a literal 1 (or 1ᵀ) used as an operand of @, else None."""

@@ -121,3 +121,26 @@ def test_known_forms_reparse(expr, wrt, shapes):
     got_shape, got = evaluate(d.text, d, inputs, shape=d.shape)
     assert got_shape == d.gradient.shape, (d.text, got_shape, d.gradient.shape)
     assert np.allclose(np.broadcast_to(got, want.shape), want), d.text
+
+
+def test_every_step_of_the_vae_derivation_reads_back_as_the_same_number():
+    # a step's text, read with the definitions and the differentials as symbols, is dλ
+    # ((alpha*1):dp is the all-ones array scaled, as 1:dp is: the line reads as written)
+    d = matcalc.derive("alpha*(exp(W@x+c)-W@x-c+m*m-1):1", "W")
+    rng = np.random.default_rng(5)
+    W, x, c, m, dW = (rng.standard_normal(s) for s in ((4, 3), 3, 4, 4, (4, 3)))
+    alpha = 0.7
+    z = W @ x + c
+    p = np.exp(z)
+    dz = dW @ x
+    values = {"W": W, "x": x, "c": c, "m": m, "alpha": alpha, "z": z, "p": p, "dz": dz, "dp": p * dz, "dW": dW}
+    shapes = {"W": ("a", "b"), "x": ("b",), "c": ("a",), "m": ("a",), "alpha": (), "z": ("a",), "p": ("a",),
+              "dz": ("a",), "dp": ("a",), "dW": ("a", "b")}
+    want = alpha * (p - 1) @ dz  # dλ
+    steps = [line.split("    [")[0].split("= ", 1)[1] for line in d.derivation_lines()
+             if line.lstrip().startswith(("dλ =", "="))]
+    assert len(steps) >= 6
+    for text in steps:
+        used = [s for s in shapes if re.search(rf"\b{s}\b", text)]
+        f = matcalc.derive(text, wrt=used[0], shapes={s: shapes[s] for s in used}).value_function
+        assert np.isclose(f(**{s: values[s] for s in used}), want), text
