@@ -258,9 +258,9 @@ def _symmetric_fd(f, G, inputs, wrt, base, rng, h, max_entries, directions):
 
 def over_size_choices(user_shapes: dict, fixed, run) -> CheckReport:
     """run(sizes) -> a CheckReport, for sizes of the dimension names in ``user_shapes`` (a
-    product n*m sized by its factors): with the usual sizes, and if the values were not
-    finite there, again with the sizes handed out the other way round (X drawn 3×4 makes
-    XᵀX singular, 4×3 does not); the first report that is not a failure to be finite."""
+    product n*m sized by its factors): with the usual sizes, and if the check did not pass
+    there, again with the sizes handed out the other way round (X drawn 3×4 makes XᵀX
+    singular, 4×3 does not).  A pass at the second sizes says what happened at the first."""
     dims = []
     for shape in user_shapes.values():
         for d in shape:
@@ -279,13 +279,32 @@ def over_size_choices(user_shapes: dict, fixed, run) -> CheckReport:
                               "ones (check(sizes={...}))") from None
 
     first = at(choose_sizes(dims, fixed))
-    if first.ok or np.isfinite(first.max_rel_error):
+    if first.ok:
         return first
     other = choose_sizes(dims[::-1], fixed)
     if other == first.sizes:
         return first
     second = at(other)
-    return second if np.isfinite(second.max_rel_error) else first
+    if not np.isfinite(first.max_rel_error):
+        return second if np.isfinite(second.max_rel_error) else first
+    if not second.ok:
+        return first
+    # failed at the first sizes and passed at the others: XᵀX of a wide X is singular, and
+    # det(XᵀX) is 0 there whatever X is; a gradient that is wrong fails at both
+    shown = ", ".join(f"{k}={v}" for k, v in first.sizes.items())
+    second.message = "; ".join(filter(None, [second.message, (
+        f"at sizes {shown} it failed (max relative error {first.max_rel_error:.2e}): products such as "
+        "XᵀX are singular at some sizes, where a gradient through their inverse is not defined")]))
+    return second
+
+
+def _or_nan(f, inputs):
+    """f(**inputs), or NaN where a solve or inverse inside meets a singular matrix (XᵀX of a
+    wide X): a draw where λ is not defined, as one where it is not finite."""
+    try:
+        return f(**inputs)
+    except np.linalg.LinAlgError:
+        return float("nan")
 
 
 def gradient_check(value_function, gradient, wrt: str, user_shapes: dict, symbols: dict, lam,
@@ -320,7 +339,7 @@ def _gradient_check_at(sizes, value_function, gradient, wrt, user_shapes, symbol
         for name in symmetric:
             inputs[name] = (inputs[name] + inputs[name].T) / 2
         with np.errstate(all="ignore"):
-            value = value_function(**inputs)
+            value = _or_nan(value_function, inputs)
         if not np.all(np.isfinite(value)):
             if attempt >= 2:  # widen the domains once λ keeps failing to be finite
                 for name, s in user_shapes.items():
@@ -329,8 +348,11 @@ def _gradient_check_at(sizes, value_function, gradient, wrt, user_shapes, symbol
                     domains[name] = "spd" if len(s) == 2 and s[0] == s[1] else "positive"
             continue
         with np.errstate(all="ignore"):
-            err, n, msg = finite_difference_check(value_function, gradient, inputs,
-                                                  wrt, rng, symmetric=wrt in symmetric)
+            try:
+                err, n, msg = finite_difference_check(value_function, gradient, inputs,
+                                                      wrt, rng, symmetric=wrt in symmetric)
+            except np.linalg.LinAlgError:  # a singular matrix where the gradient inverts it
+                continue
         if msg == "zero" and zero_draws < 8:  # all zero here (every relu off?): draw again
             zero_draws += 1
             continue

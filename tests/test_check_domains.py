@@ -109,3 +109,22 @@ def test_a_check_that_runs_out_of_memory_is_a_refusal(monkeypatch):
     monkeypatch.setattr(mcheck, "_gradient_check_at", no_memory)
     with pytest.raises(matcalc.OutOfMemory, match="ran out of memory at sizes a=3, b=4"):
         d.check()
+
+
+@pytest.mark.parametrize("expr, wrt", [
+    ("norm2(y - X@inv(X.T@X)@X.T@y)**2", "X"),  # raised LinAlgError (exit 3) at X 3×4
+    ("tr(inv(W.T@W)@W.T@S@W)", "W"), ("det(X.T@X)", "X"),  # det(XᵀX) ≡ 0 at X 3×4: a false FAIL
+])
+def test_products_singular_at_the_first_sizes_are_checked_at_the_others(expr, wrt):
+    report = matcalc.derive(expr, wrt=wrt).check()
+    assert report.ok and report.max_rel_error < 1e-6
+    assert "a=3, b=4 it failed" in report.message and report.sizes == {"b": 3, "a": 4}
+
+
+def test_a_wrong_gradient_fails_at_both_sizes(monkeypatch):
+    # a gradient off by a factor everywhere is reported as the failure at the first sizes
+    d = matcalc.derive("det(X.T@X)", wrt="X")
+    real = d._check_function
+    monkeypatch.setattr(d, "_check_function", lambda **kw: 1.5 * real(**kw))
+    report = d.check()
+    assert not report.ok and report.sizes == {"a": 3, "b": 4}
