@@ -415,8 +415,33 @@ def _typed(expr, shapes, definitions=None, syntax="matcalc", symmetric=()):
         scalar = "sum(...) or G:(...) make a scalar" if syntax == "matcalc" else \
             "sum(...), x'*y or tr(...) make a scalar"
         raise ShapeError(f"λ must be a scalar, but the expression is {ir.describe(typed.expr.shape)} "
-                         f"({scalar})", expr, 0, len(expr.rstrip()))
+                         f"({scalar}{_scalar_hint(expr, typed, shapes, definitions, syntax, symmetric)})",
+                         expr, 0, len(expr.rstrip()))
     return typed
+
+
+def _scalar_hint(expr, typed, shapes, definitions, syntax, symmetric, matlab=True) -> str:
+    """How the question may have meant a scalar λ: a name that is a vector only by its spelling
+    (lam, reg, c) declared a number, or * read as MATLAB's matrix product (x'*A*x)."""
+    from .shapes import default_kind
+
+    def scalar_with(declared, syn=syntax):
+        try:
+            return typecheck(parse(expr, syntax=syn), expr, declared, definitions, syntax=syn,
+                             symmetric=symmetric).expr.shape == ir.SCALAR
+        except MatcalcError:
+            return False
+
+    shapes = dict(shapes or {}) if isinstance(shapes, dict) else {}
+    spelled = [n for n in typed.symbols if n not in shapes and default_kind(n) == 1]
+    for name in spelled[:12]:
+        if scalar_with({**shapes, name: ()}):
+            return (f"; {name} is a vector by the spelling of its name, and declared a number "
+                    f"(shapes={{'{name}': ()}}, --shape {name}=scalar) it makes λ a scalar")
+    if syntax == "matcalc" and ("*" in expr or "'" in expr) and scalar_with(shapes, "matlab"):
+        return "; * is the entrywise product here: write @ for the matrix product" + (
+            ", or read the question in MATLAB syntax (--syntax matlab, syntax='matlab')" if matlab else "")
+    return ""
 
 
 def _derive_one(expr, typed, wrt, syntax="matcalc", symmetric=(), form=None) -> Derivation:

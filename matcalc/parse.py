@@ -3,6 +3,7 @@ lark's parse tree into a small AST that keeps the source span of every node."""
 from __future__ import annotations
 
 import math
+import re
 import os
 from dataclasses import dataclass
 from functools import lru_cache
@@ -108,13 +109,7 @@ def parse(source: str, syntax: str = "matcalc") -> Node:
             tree = _parser().parse(source)
     except lark.exceptions.UnexpectedCharacters as e:
         ch = source[e.pos_in_stream] if e.pos_in_stream < len(source) else ""
-        hint = ""
-        if ch in "[]{}":
-            hint = " (use parentheses for grouping)"
-        elif ch == "=":
-            hint = " (matcalc takes an expression, not an equation)"
-        elif ch == ".":
-            hint = _dot_hint(source, e.pos_in_stream)
+        hint = _character_hint(source, e.pos_in_stream, ch)
         raise ParseError(f"unexpected character {ch!r}{hint}", source, e.pos_in_stream,
                          e.pos_in_stream + 1) from None
     except lark.exceptions.UnexpectedToken as e:
@@ -233,7 +228,35 @@ def _parenthesised(node: Node, source: str) -> bool:
 _DOT_OPS = {"*": "MATLAB's entrywise product: in matcalc, * is already entrywise (@ is the matrix product)",
             "/": "MATLAB's entrywise division: in matcalc write /",
             "^": "MATLAB's entrywise power: in matcalc write ** (or ^)"}
+def _character_hint(source: str, pos: int, ch: str) -> str:
+    """What a character matcalc does not read was probably meant to say, and how to write it."""
+    before = source[:pos].rstrip()
+    if ch == "{" and before.endswith("^"):
+        return " (X^{-1} is inv(X), X^{T} is X.T, x^{2} is x**2)"
+    if ch == "[":
+        return " (matcalc has no indexing: it works with whole arrays; use parentheses for grouping)"
+    if ch in "]{}":
+        return " (use parentheses for grouping)"
+    if ch == "=":
+        word = re.search(r"(\w+)\s*$", before)
+        if word and before.count("(") > before.count(")"):
+            return (f" ({word.group(1)}= is a keyword argument: matcalc takes the axis as a plain second "
+                    "argument: softmax(X, 1), sum(X, 0))")
+        return " (matcalc takes an expression, not an equation)"
+    if ch == ".":
+        return _dot_hint(source, pos)
+    if ch in "|‖":
+        return " (‖x‖ is norm2(x), ‖x‖² is norm2(x)**2 or x:x, |x| entrywise is abs(x), log|X| is logdet(X))"
+    if ch in _SUPERSCRIPTS:
+        return " (write powers with **: x**2 entrywise, inv(X) for X⁻¹, X.T for Xᵀ)"
+    return ""
+
+
+_SUPERSCRIPTS = "²³¹⁰ⁱ⁴⁵⁶⁷⁸⁹⁺⁻⁼⁽⁾ⁿ"
 _MODULES = ("np", "numpy", "jnp", "torch", "math", "tf", "sp", "scipy", "F")
+# a module's function names that matcalc spells differently (np.linalg.norm is norm2)
+_MODULE_NAMES = {"norm": "norm2", "trace": "tr", "slogdet": "logdet", "expit": "sigmoid",
+                 "matmul": "@", "dot": "@", "transpose": ".T", "log_softmax": "log(softmax(...))"}
 
 
 def _dot_hint(source: str, pos: int) -> str:
@@ -248,10 +271,15 @@ def _dot_hint(source: str, pos: int) -> str:
     while k < len(source) and (source[k].isalnum() or source[k] == "_"):
         k += 1
     if source[j:pos] in _MODULES:
-        return f" (write {source[pos + 1:k] or 'the function'}(...) without the {source[j:pos]}. prefix)"
+        chain = re.match(r"[\w.]*", source[j:]).group(0)  # np.linalg.det: the last part is the function
+        prefix, _, name = chain.rpartition(".")
+        spelled = _MODULE_NAMES.get(name)
+        if spelled and not spelled[0].isalpha():
+            return f" (write {spelled} for {chain}, without the {prefix}. prefix)"
+        return f" (write {spelled or name or 'the function'}(...) without the {prefix}. prefix)"
     method = _METHODS.get(source[pos + 1:k])
-    if method and j < pos:
-        return f" ({source[j:k]} is NumPy's; in matcalc {method})"
+    if method and (j < pos or source[:pos].rstrip().endswith(")")):
+        return f" ({(source[j:k] if j < pos else '(...).' + source[pos + 1:k])} is NumPy's; in matcalc {method})"
     return ""
 
 

@@ -980,7 +980,7 @@ def hessian(expr: str, wrt, shapes: dict | None = None, definitions: dict | None
             where: dict | None = None):
     """d²λ = dW : H[dW] for the scalar ``expr``.  ``wrt`` a name: a Hessian; a list: a dict
     keyed by ordered pairs (Wi, Wj) whose block maps dWj to Wi's shape."""
-    from .api import _derive_one
+    from .api import _derive_one, _scalar_hint
 
     if definitions is not None and where is not None:
         raise DeriveError("give definitions= or where=, not both")
@@ -989,7 +989,9 @@ def hessian(expr: str, wrt, shapes: dict | None = None, definitions: dict | None
     if typed.expr.shape != ir.SCALAR:
         raise ShapeError(f"a Hessian needs a scalar λ, but the expression is {ir.describe(typed.expr.shape)}: "
                          "use jacobian (matcalc jacobian) for the derivative of an array-valued F, "
-                         "or make a scalar with sum(...) or G:(...)", expr, 0, len(expr.rstrip()))
+                         "or make a scalar with sum(...) or G:(...)"
+                         f"{_scalar_hint(expr, typed, shapes, definitions, 'matcalc', (), matlab=False)}",
+                         expr, 0, len(expr.rstrip()))
     names = list(wrt) if isinstance(wrt, (list, tuple)) else [wrt]
     if not names:
         raise DeriveError("wrt is empty: name at least one symbol")

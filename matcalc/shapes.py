@@ -31,7 +31,14 @@ _SPELLED = {"solve": "write inv(A)@B: matcalc computes it as a solve", "log_soft
             "write log(softmax(z)), which matcalc computes as z - logsumexp(z)", "logsoftmax":
             "write log(softmax(z)), which matcalc computes as z - logsumexp(z)", "outer": "write x@y.T",
             "dot": "write x.T@y or x:y", "trace": "write tr(A)", "transpose": "write A.T",
-            "maximum": "write relu(x - y) + y", "square": "write x**2", "norm": "write norm2(x)"}
+            "maximum": "write relu(x - y) + y", "square": "write x**2", "norm": "write norm2(x)",
+            "max": "max(0, z) is relu(z), max(x, y) is relu(x - y) + y",
+            "min": "min(0, z) is -relu(-z), min(x, y) is x - relu(x - y)",
+            "minimum": "write x - relu(x - y)", "pow": "write x**k", "power": "write x**k",
+            "inner": "write x.T@y or x:y", "matmul": "write A@B", "ones": "a 1 beside +, - or : is the "
+            "all-ones array of the other side's shape (x - 1, 1:X)", "var": "write mean((x - mean(x))**2)",
+            "σ": "write sigmoid(z)", "cross_entropy": "write -y:log(softmax(z))", "clip": "matcalc has "
+            "no clip; relu(x) clips at 0"}
 
 _DIM_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MAX_DIM = 10 ** 6
@@ -149,6 +156,7 @@ class _Typer:
         self.eyes: list = []          # (node, var) to check they got a size
         self.shape: dict = {}         # id(ast node) -> (r, c)
         self.special: dict = {}       # id(ast node) -> 'inner' | 'ones'
+        self.greek_noted: set = set()  # Greek names already noted as numbers added to arrays
         self.attrs: dict = {}         # id(call node) -> its integer parameter (an axis, a power)
         self.pending: list = []       # product dimensions still to be decided
         self.current = None           # the node being typed (for deferred refusals)
@@ -390,6 +398,15 @@ class _Typer:
             return True
         return (isinstance(ca, Var) and rb != 1) or (isinstance(rb, Var) and ca != 1)
 
+    @staticmethod
+    def _entrywise_value(node) -> bool:
+        """A call of an entrywise function or softmax (Y*log(softmax(Z)), exp(X@W)*G): its
+        value is meant entry by entry, never a factor of a matrix product."""
+        if node.kind != "call":
+            return False
+        op = _USER.get(ALIASES.get(node.value, node.value))
+        return op is not None and (op.elementwise or op.name == "softmax")
+
     def hadamard(self, n, kid):
         """a * b: entry by entry.  Where the two are a matrix and a matrix (or vector) whose
         shapes only agree because this product makes them agree, and a@b would type-check
@@ -397,7 +414,8 @@ class _Typer:
         (a, b), (sa, sb) = n.children, kid
         spelled = self.source[a.end:b.start].strip()
         suspicious = (spelled == "*" and not self.is_scalar(sa) and not self.is_scalar(sb)
-                      and (self.is_matrix(sa) or self.is_matrix(sb)) and self._could_matmul(sa, sb))
+                      and (self.is_matrix(sa) or self.is_matrix(sb)) and self._could_matmul(sa, sb)
+                      and not (self._entrywise_value(a) or self._entrywise_value(b)))
         before = dict(self.parent)
         try:
             out = self.broadcast(n, n.children, kid, "multiply")
@@ -453,6 +471,16 @@ class _Typer:
                         f"number declare it: shapes={{'{c.value}': ()}}, --shape {c.value}=scalar)")
         return ""
 
+    def default_scalar_hint(self, *nodes) -> str:
+        """For a name that is a number only by its spelling (theta, beta, mu: Greek), how to make
+        it a vector: the likely intent where it fails to combine as a number."""
+        for c in nodes:
+            if (c.kind == "name" and c.value not in self.declared and c.value not in self.def_ast
+                    and c.value not in IDENTITY_NAMES and self.kind_of(c.value) == 0):
+                return (f" ({c.value} is a number by its Greek name; to make it a vector declare "
+                        f"it: shapes={{'{c.value}': ('n',)}}, --shape {c.value}=n)")
+        return ""
+
     def broadcast(self, n, children, shapes, verb):
         """Elementwise operands: equal shapes, a scalar, or (as NumPy does with (1, m) and
         (n, 1) arrays) a row vector over the rows / a column vector over the columns of a
@@ -460,6 +488,12 @@ class _Typer:
         arrays = [(c, s) for c, s in zip(children, shapes) if not self.is_scalar(s)]
         if not arrays:
             return (1, 1)
+        if verb == "add":  # x - mu: a Greek name is a number unless declared; say so where it broadcasts
+            for c in children:
+                hint = self.default_scalar_hint(c) if c.kind == "name" and c.value not in self.greek_noted else ""
+                if hint:
+                    self.greek_noted.add(c.value)
+                    self.note(c, f"{self.text(n)} adds the number {c.value} to every entry{hint}")
         first_node, first = arrays[0]
         out = first
         for c, s in arrays[1:]:
@@ -590,7 +624,8 @@ class _Typer:
         if not self.unify(ca, rb):
             hint = ""
             if self.is_scalar(sa) or self.is_scalar(sb):
-                hint = " (to scale by a scalar use *)"
+                greek = self.default_scalar_hint(a, b)
+                hint = f" (to scale by a scalar use *{'; ' + greek[2:-1] if greek else ''})"
             self.fail(n, f"cannot multiply {self.text(a)} ({self.show(sa)}) @ {self.text(b)} "
                          f"({self.show(sb)}): inner dimensions {ca} and {rb} differ{hint}")
         return (sa[0], sb[1])
@@ -822,6 +857,16 @@ def typecheck(ast: Node, source: str, declared: dict | None = None,
         parsed.append((name, d_ast, text))
     t.source = source
     t.type(ast)
+    unused = [k for k in (declared or {}) if k not in t.sym_shape and k not in (definitions or {})]
+    if unused:  # a typo (w for W) would otherwise leave a shape silently undeclared
+        from .errors import NotationWarning
+
+        for name in unused:
+            close = ([s for s in t.sym_shape if s.lower() == name.lower()]
+                     or difflib.get_close_matches(name, sorted(t.sym_shape), n=1))
+            t.notes.append(NotationWarning(
+                f"a shape is declared for {name}, which the expression does not use"
+                + (f" (did you mean {close[0]}?)" if close else f"; its symbols are {', '.join(t.sym_shape)}")))
     for name in symmetric or ():  # a symmetric matrix is square
         if name not in t.sym_shape:
             raise DeriveError(f"symmetric names {name!r}, which is not a symbol of the expression; its "

@@ -159,9 +159,58 @@ def test_cli_help_and_version():
     ("X.t@y", "y", ["the transpose is .T"]),
     ("solve(K, y):y", "y", ["unknown function solve", "inv(A)@B"]),
     ("sum(log_softmax(z))", "z", ["log(softmax(z))"]),
+    # as NumPy, PyTorch and textbook users write it
+    ("lam*norm2(w)**2 + norm2(X@w-y)**2", "w", ["lam is a vector by the spelling", "shapes={'lam': ()}"]),
+    ("x.T@A@x + b.T@x + c", "x", ["c is a vector by the spelling", "--shape c=scalar"]),
+    ("x' * A * x", "x", ["write @ for the matrix product", "--syntax matlab"]),
+    ("norm2(X@theta - y)**2", "theta", ["theta is a number by its Greek name", "shapes={'theta': ('n',)}"]),
+    ("softmax(X@W, axis=1):C", "W", ["axis= is a keyword argument", "softmax(X, 1)"]),
+    ("np.linalg.det(X)", "X", ["write det(...) without the np.linalg. prefix"]),
+    ("np.linalg.norm(A@x-b)**2", "x", ["write norm2(...)"]),
+    ("sum(max(0, W@x))", "W", ["max(0, z) is relu(z)"]),
+    ("||A@x-b||**2", "x", ["norm2(x)"]),
+    ("tr(A@X^{-1})", "X", ["X^{-1} is inv(X)"]),
+    ("X⁻¹:A", "X", ["inv(X) for X⁻¹"]),
+    ("sum(x²)", "x", ["x**2"]),  # x² was a name: ∂λ/∂x² = 1
+    ("(x**2).sum()", "x", ["(...).sum is NumPy's", "sum(x)"]),
+    ("x[0]", "x", ["no indexing"]),
 ])
 def test_refusals_say_how_matcalc_writes_it(expr, wrt, words):
     with pytest.raises(MatcalcError) as e:
         matcalc.derive(expr, wrt=wrt)
     for w in words:
         assert w in str(e.value), str(e.value)
+
+
+def test_hessian_of_a_non_scalar_says_how_it_may_be_a_scalar():
+    with pytest.raises(ShapeError) as e:
+        matcalc.hessian("x'*A*x", "x")
+    assert "write @ for the matrix product" in str(e.value) and "--syntax" not in str(e.value)
+
+
+def test_a_greek_name_added_to_a_vector_is_noted():
+    with pytest.warns(matcalc.NotationWarning, match="adds the number mu to every entry"):
+        d = matcalc.derive("norm2(x - mu)**2", wrt="mu")
+    assert d.shape == ()
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # declared a vector: no note, a vector gradient
+        assert matcalc.derive("norm2(x - mu)**2", wrt="mu", shapes={"mu": ("n",)}).shape == ("n",)
+
+
+def test_a_shape_declared_for_a_name_not_in_the_expression_is_noted():
+    with pytest.warns(matcalc.NotationWarning, match="declared for w, which the expression does not use "
+                                                     r"\(did you mean W\?\)"):
+        matcalc.derive("W@x:y", wrt="W", shapes={"w": ("m", "n")})
+    r = _cli("derive", "W@x:y", "--wrt", "W", "--shape", "Z=3,4")
+    assert r.returncode == 0 and "declared for Z" in r.stderr
+
+
+def test_no_matrix_product_note_for_an_entrywise_function_times_a_matrix():
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        matcalc.derive("-sum(Y*log(softmax(W@X, 0)))", wrt="W")  # the README's cross-entropy
+        matcalc.derive("sum(exp(X@W)*G)", wrt="W")
+    with pytest.warns(matcalc.NotationWarning, match="entrywise"):
+        matcalc.derive("sum(A*B)", wrt="A")
