@@ -226,7 +226,9 @@ class FrameworkEmitter(codegen.Emitter):
         if (be == "torch" and op in IN_PLACE_TORCH
                 and self.fresh_matrix(n.args[0], a[0])):
             name = self.new_temp()  # a new matrix nothing else reads: overwrite it
-            self.lines += [f"{name} = {a[0]}", f"{name}.{op}_()"]
+            # (not where autograd saved that matrix for its backward: exp's and tanh's outputs)
+            self.lines += [f"{name} = {a[0]}",
+                           f"{name} = {name}.{op}() if {name}.requires_grad else {name}.{op}_()"]
             return name
         spec = REGISTRY.get(op)
         tpl = getattr(spec, be, None) if spec is not None else None
@@ -273,7 +275,9 @@ def function_source(backend: str, fname: str, outputs: list, param_names: list, 
     head.extend(f"    _shape_{params[n]} = {lib}.as_tensor({params[n]}).shape" if backend == "torch"
                 else f"    _shape_{params[n]} = jnp.shape({params[n]})" for n in given)
     if backend == "torch":  # scalars as 0-d tensors of the arrays' dtype, on their device
-        like = f", dtype={ref}.dtype, device={ref}.device" if ref else ""
+        # (an integer tensor's dtype would make 0.5 a 0: then torch's default float)
+        like = (f", dtype={ref}.dtype if {ref}.is_floating_point() else torch.get_default_dtype(), "
+                f"device={ref}.device") if ref else ""
         for name in param_names:
             if syms[name].shape == SCALAR:
                 p = params[name]

@@ -61,7 +61,9 @@ IN_PLACE = tuple(op.name for op in REGISTRY.values() if op.in_place)
 ARITH = ("add", "mul", "div")  # np.add(t, b, out=t) when t is a new matrix read nowhere else
 FRESH_OPS = ("matmul", "add", "mul", "div", "pow") + IN_PLACE  # their code makes a new array
 
-RESERVED = set(keyword.kwlist) | set(keyword.softkwlist) | set(dir(builtins)) | {"np", "numpy"}
+# (the modules the emitted code of any backend names: a variable called torch would hide torch)
+RESERVED = set(keyword.kwlist) | set(keyword.softkwlist) | set(dir(builtins)) | {
+    "np", "numpy", "torch", "jax", "jnp", "scipy", "math"}
 _TEMP = re.compile(r"^(t\d+|_.*|[a-z]*dim_.*)$")
 
 
@@ -95,6 +97,8 @@ class Emitter:
     def __init__(self, params: dict, dim_source: dict):
         self.params = params          # user name -> python name
         self.dim_source = dim_source  # dim name -> (python param name, axis)
+        # one safe name per dimension, made together: np and np_ would both be np_ alone
+        self.dim_py = sanitize([d for d in dim_source if isinstance(d, str)])
         self.lines: list[str] = []
         self.helpers: set = set()
         self.dims_needed: dict = {}
@@ -114,7 +118,7 @@ class Emitter:
             return "(" + " * ".join(self.dim(f) for f in ir.dim_factors(d)) + ")"
         if d not in self.dims_needed:
             pname, axis = self.dim_source[d]
-            self.dims_needed[d] = (f"dim_{sanitize([d])[d]}", pname, axis)
+            self.dims_needed[d] = (f"dim_{self.dim_py[d]}", pname, axis)
         return self.dims_needed[d][0]
 
     def shape_src(self, shape) -> str:

@@ -322,9 +322,9 @@ class _Functions:
 
     def _tangent(self, V, values, shape_user, what):
         if self.backend == "torch" and type(V).__module__ == "numpy":
-            import torch
+            from .backends import from_numpy
 
-            V = torch.as_tensor(V, dtype=torch.float64)
+            V = from_numpy({"V": V})["V"]  # float32 stays float32, as the values do
         target = self._concrete(shape_user, values)
         if not hasattr(V, "shape"):  # a Python number
             if target:

@@ -411,3 +411,53 @@ def test_host_numbers_in_gradients(backend, expr, wrt, shapes, want):
         g = to_numpy(backend, d.callable(backend)(**fw))
     assert np.asarray(g).dtype == np.float64 and np.shape(g) == np.shape(want(values))
     assert np.allclose(g, want(values))
+
+
+@pytest.mark.skipif("torch" not in INSTALLED, reason="torch not installed")
+def test_torch_integer_tensors_and_a_float_scalar():
+    # the scalar took the integer tensor's dtype: 0.5 became 0 and every gradient 0
+    import torch
+
+    x = torch.arange(3)
+    want = 0.5 * np.exp(np.arange(3.0))
+    got = matcalc.derive("alpha*sum(exp(x))", wrt="x").callable("torch")(alpha=0.5, x=x)
+    assert np.allclose(got.numpy(), want)
+    assert np.allclose(matcalc.op("alpha*x", backend="torch")(alpha=0.5, x=x).numpy(), [0, 0.5, 1])
+
+
+@pytest.mark.skipif("torch" not in INSTALLED, reason="torch not installed")
+def test_torch_in_place_ops_leave_autograd_its_saved_outputs():
+    # tanh_(expm1(X)) overwrote the output expm1 saved for its backward
+    import torch
+
+    X = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    op = matcalc.op("tanh(expm1(X))", backend="torch")
+    g, = torch.autograd.grad(op(X=X).sum(), X, create_graph=True)
+    hv, = torch.autograd.grad(g.sum(), X)
+    Y = X.detach().clone().requires_grad_(True)
+    g2, = torch.autograd.grad(torch.tanh(torch.expm1(Y)).sum(), Y, create_graph=True)
+    hv2, = torch.autograd.grad(g2.sum(), Y)
+    assert torch.allclose(g, g2) and torch.allclose(hv, hv2)
+    x = torch.randn(5, dtype=torch.float64)
+    with torch.no_grad():  # and the in-place form still runs where nothing needs a gradient
+        got = matcalc.derive("sum(tanh(expm1(x)))", wrt="x").callable("torch")(x=x)
+    t = torch.tanh(torch.expm1(x))
+    assert torch.allclose(got, (1 - t ** 2) * torch.exp(x))
+
+
+@pytest.mark.parametrize("backend", _backend_params())
+def test_variables_named_like_the_framework_modules(backend):
+    lib = {"torch": "torch", "jax": "jnp"}[backend]
+    d = matcalc.derive(f"sum(exp({lib}))", wrt=lib)
+    v = np.array([0.1, -0.2, 0.3])
+    out = d.callable(backend)(**{lib: to_framework(backend, {"v": v})["v"]})
+    assert np.allclose(to_numpy(backend, out), np.exp(v))
+
+
+@pytest.mark.skipif("torch" not in INSTALLED, reason="torch not installed")
+def test_torch_hvp_of_numpy_float32_values():
+    h = matcalc.hessian("sum(exp(X@W))", "X").callable("torch")
+    X, W = np.full((2, 3), .1, np.float32), np.full((3, 4), .2, np.float32)
+    out = h.hvp(X, X=X, W=W)  # the direction became float64: a dtype error in the product
+    E = np.exp(X.astype(float) @ W.astype(float))
+    assert str(out.dtype) == "torch.float32" and np.allclose(out.numpy(), (E * (X @ W)) @ W.T, rtol=1e-5)

@@ -486,3 +486,11 @@ def test_in_place_functions_never_touch_the_arguments(expr, wrt):
         assert np.array_equal(inputs[k], copies[k]), f"{k} was overwritten"
     assert rel_error(got, central_fd_grad(d.value_function, copies, wrt)) < 1e-6
     assert np.array_equal(d.function(**inputs), got)  # and again, from the same arguments
+
+
+@pytest.mark.parametrize("dims", [("np", "np_"), ("sum", "sum_"), ("def", "def_"), ("t0", "t0_")])
+def test_dimension_names_that_sanitise_alike_stay_distinct(dims):
+    # both were dim_np_ in the emitted code: the second size overwrote the first
+    X = np.arange(12.0).reshape(3, 4)
+    assert matcalc.derive("sum(X)", wrt="X", shapes={"X": dims}).function(X=X).shape == (3, 4)
+    assert np.allclose(matcalc.derive("mean(X)", wrt="X", shapes={"X": dims}).function(X=X), 1 / 12)
