@@ -461,25 +461,26 @@ class _Typer:
             return "col"
         return None
 
+    def spelled_kind(self, kind: int, *nodes):
+        """The first of nodes that is a name of ``kind`` (0 number, 1 vector) only by its
+        spelling: undeclared, not defined, not I."""
+        return next((c for c in nodes if c.kind == "name" and c.value not in self.declared
+                     and c.value not in self.def_ast and c.value not in IDENTITY_NAMES
+                     and self.kind_of(c.value) == kind), None)
+
     def default_vector_hint(self, *nodes) -> str:
         """For a name that is a vector only by its spelling (eps, lr: lower-case, not Greek), how
         to make it a number: the likely intent where it fails to combine."""
-        for c in nodes:
-            if (c.kind == "name" and c.value not in self.declared and c.value not in self.def_ast
-                    and c.value not in IDENTITY_NAMES and self.kind_of(c.value) == 1):
-                return (f" ({c.value} is a vector by the spelling of its name; to make it a "
-                        f"number declare it: shapes={{'{c.value}': ()}}, --shape {c.value}=scalar)")
-        return ""
+        c = self.spelled_kind(1, *nodes)
+        return (f" ({c.value} is a vector by the spelling of its name; to make it a number declare "
+                f"it: shapes={{'{c.value}': ()}}, --shape {c.value}=scalar)") if c else ""
 
     def default_scalar_hint(self, *nodes) -> str:
         """For a name that is a number only by its spelling (theta, beta, mu: Greek), how to make
         it a vector: the likely intent where it fails to combine as a number."""
-        for c in nodes:
-            if (c.kind == "name" and c.value not in self.declared and c.value not in self.def_ast
-                    and c.value not in IDENTITY_NAMES and self.kind_of(c.value) == 0):
-                return (f" ({c.value} is a number by its Greek name; to make it a vector declare "
-                        f"it: shapes={{'{c.value}': ('n',)}}, --shape {c.value}=n)")
-        return ""
+        c = self.spelled_kind(0, *nodes)
+        return (f" ({c.value} is a number by its Greek name; to make it a vector declare it: "
+                f"shapes={{'{c.value}': ('n',)}}, --shape {c.value}=n)") if c else ""
 
     def broadcast(self, n, children, shapes, verb):
         """Elementwise operands: equal shapes, a scalar, or (as NumPy does with (1, m) and
