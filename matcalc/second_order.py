@@ -317,12 +317,24 @@ class _LinearMap:
             node = ir.const(0.0, self._result_shape(fname))
         syms = dict(self.symbols)
         syms[tangent_key] = tangent_node
+        declared, like = self._io_shapes(fname, tangent_key)
         src, params = function_source(fname, [node], self._params + [tangent_key], syms, doc,
-                                      declared=self.user_shapes, positional=tangent_key)
+                                      declared=declared, shaped_like=like, positional=tangent_key)
         return self._positional(src, fname, params[tangent_key]), params
 
     def _result_shape(self, fname):
         return self.out_node.shape if fname == self._fnames["product"] else self.dW.shape
+
+    def _io_shapes(self, fname, tangent_key):
+        """(the declared shapes with the tangent's, [the argument whose shape as given the
+        result takes, or None]) of the product ``fname``: an argument declared with a size-1
+        dimension (a column (n, 1)) is taken as given or squeezed, the tangent too, and H[V]
+        comes back in Wi's shape as given, Jᵀ[G] in W's."""
+        if fname == self._fnames["product"]:
+            tangent, like = self.shape, getattr(self, "wrt_i", None)
+        else:
+            tangent, like = self.out_shape, self.wrt
+        return {**self.user_shapes, tangent_key: tangent}, [like]
 
     @cached_property
     def _tangent(self):

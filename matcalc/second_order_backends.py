@@ -189,13 +189,15 @@ def module_source(m, backend: str, vmap: bool = False) -> str:
     parts = []
     params = m._params
     py = sanitize(params)
+    declared = m.user_shapes  # (a column declared (n, 1) is taken as given or squeezed)
     if isinstance(m, Jacobian):
-        src, _ = fw_source(backend, "value", [simplify(m.F)], params, m.symbols, "F")
+        src, _ = fw_source(backend, "value", [simplify(m.F)], params, m.symbols, "F", declared=declared)
     else:
         d = m.derivation
         fname = d._grad_source[2]
         doc = f"∂λ/∂{d.wrt} for λ = {d.lam_text_short}; shape {d.shape_text}."
-        src, _ = fw_source(backend, fname, [d.gradient], params, m.symbols, doc)
+        src, _ = fw_source(backend, fname, [d.gradient], params, m.symbols, doc, declared=declared,
+                           shaped_like=[d.wrt])
     parts.append(src)
 
     def product(fname, node, key, tnode, doc):
@@ -203,7 +205,9 @@ def module_source(m, backend: str, vmap: bool = False) -> str:
             node = ir.const(0.0, m._result_shape(fname))
         syms = dict(m.symbols)
         syms[key] = tnode
-        s, ps = fw_source(backend, fname, [node], params + [key], syms, doc)
+        io_declared, like = m._io_shapes(fname, key)
+        s, ps = fw_source(backend, fname, [node], params + [key], syms, doc, declared=io_declared,
+                          shaped_like=like)
         return m._positional(s, fname, ps[key])
 
     tkey, tnode = m._tangent
@@ -247,7 +251,8 @@ def module_source(m, backend: str, vmap: bool = False) -> str:
             return s
 
         # each piece twice: the emitter then computes every piece once, into a temporary
-        dsrc, _ = fw_source(backend, dname, pieces + pieces, params, m.symbols, ddoc, returns=returns)
+        dsrc, _ = fw_source(backend, dname, pieces + pieces, params, m.symbols, ddoc, returns=returns,
+                            declared=declared)
         used = box["helpers"]
     else:
         values = "dict(" + ", ".join(f"{v}={v}" for v in py.values()) + ")"

@@ -401,3 +401,38 @@ def test_random_hessians_agree_with_numpy_by_vec_form_and_by_vmap(backend):
             assert np.allclose(by_vmap, H, rtol=1e-8, atol=tol), (case.expr, w, src)
 
     run()
+
+
+@pytest.mark.parametrize("backend", _backend_params())
+def test_a_column_declared_n_by_1_in_every_function(backend):
+    # x declared (n, 1) and given so: the products broadcast (3, 1) against (2,) and came back
+    # (2, 3), the gradient function raised; H[V] has x's shape as given, as the NumPy side's
+    rng = np.random.default_rng(4)
+    shapes = {"W": ("m", "n"), "x": ("n", 1)}
+    W, x, V, G = rng.standard_normal((2, 3)), rng.standard_normal((3, 1)), rng.standard_normal((3, 1)), \
+        rng.standard_normal(2)
+    E = np.exp(W @ x[:, 0])
+    want_hvp = (W.T @ (E * (W @ V[:, 0])))[:, None]  # sum(exp(Wx)): H = Wᵀ Diag(e) W
+    h = matcalc.hessian("sum(exp(W@x))", "x", shapes=shapes)
+    j = matcalc.jacobian("exp(W@x)", "x", shapes=shapes)
+    hf, jf = h.callable(backend), j.callable(backend)
+    vals = to_framework(backend, {"W": W, "x": x})
+    for direction in (V, V[:, 0]):
+        out = to_numpy(backend, hf.hvp(one(backend, direction), **vals))
+        assert out.shape == (3, 1) and np.allclose(out, want_hvp)
+    assert np.allclose(to_numpy(backend, hf.gradient_function(**vals)), (W.T @ E)[:, None])
+    assert np.allclose(to_numpy(backend, hf.matrix(**vals)), W.T @ (E[:, None] * W))
+    assert np.allclose(to_numpy(backend, jf.jvp(one(backend, V), **vals)), E * (W @ V[:, 0]))
+    out = to_numpy(backend, jf.vjp(one(backend, G), **vals))
+    assert out.shape == (3, 1) and np.allclose(out, (W.T @ (E * G))[:, None])
+
+
+def test_the_standalone_numpy_module_takes_a_column_as_declared():
+    rng = np.random.default_rng(4)
+    W, x, V = rng.standard_normal((2, 3)), rng.standard_normal((3, 1)), rng.standard_normal((3, 1))
+    h = matcalc.hessian("sum(exp(W@x))", "x", shapes={"W": ("m", "n"), "x": ("n", 1)})
+    ns = {}
+    exec(compile(h.numpy_source, "<hessian>", "exec"), ns)
+    E = np.exp(W @ x[:, 0])
+    out = ns["hvp_x"](V, W=W, x=x)
+    assert out.shape == (3, 1) and np.allclose(out[:, 0], W.T @ (E * (W @ V[:, 0])))
