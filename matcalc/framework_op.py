@@ -91,12 +91,18 @@ class MatcalcOp:
         op = self
 
         class Function(torch.autograd.Function):
+            # forward apart from setup_context, and vmap by running the (torch-only) emitted
+            # code on batched tensors: what torch.func.grad, vmap and jacrev need
+            generate_vmap_rule = True
+
             @staticmethod
-            def forward(ctx, *args):
-                tensors = [a if torch.is_tensor(a) else None for a in args]
-                ctx.save_for_backward(*tensors)
-                ctx.others = [None if torch.is_tensor(a) else a for a in args]
+            def forward(*args):
                 return op.forward(*args)
+
+            @staticmethod
+            def setup_context(ctx, inputs, output):
+                ctx.save_for_backward(*[a if torch.is_tensor(a) else None for a in inputs])
+                ctx.others = [None if torch.is_tensor(a) else a for a in inputs]
 
             @staticmethod
             def backward(ctx, g):

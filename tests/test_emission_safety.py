@@ -400,7 +400,9 @@ def test_emitted_source_is_an_importable_module(expr, wrt, shapes, tmp_path):
             inputs[name] = float(rng.standard_normal()) if not dims else rng.standard_normal(dims)
     got = f(**{d.function.params[k]: v for k, v in inputs.items()})
     want = d.function(**inputs)
-    assert np.array_equal(np.asarray(got), np.asarray(want))
+    # (each module times its forms on first use, and the forms agree only to rounding: under
+    # load the two may pick inv(X)@S and a solve differently)
+    assert np.allclose(np.asarray(got), np.asarray(want), rtol=1e-12, atol=0)
     # the module is self-contained: it only needs numpy
     assert set(vars(mod)) - {"np"} <= set(_functions(d.numpy_source)) | HELPER_NAMES | {
         "__name__", "__doc__", "__package__", "__loader__", "__spec__", "__file__", "__cached__",

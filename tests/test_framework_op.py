@@ -195,3 +195,20 @@ def test_inputs_declared_with_a_size_one_dimension(backend):
         for g, w, given in zip(got, want, (W, cc, r)):
             assert np.shape(g) == np.shape(given)
             assert np.allclose(np.asarray(g), np.asarray(w))
+
+
+def test_torch_func_transforms_over_an_op():
+    # an autograd.Function needs setup_context (and a vmap rule) for torch.func
+    torch = pytest.importorskip("torch")
+
+    torch.manual_seed(0)
+    op = matcalc.op("tanh(W@x)", backend="torch")
+    W, x = torch.randn(3, 4, dtype=torch.float64), torch.randn(4, dtype=torch.float64)
+    xs = torch.randn(5, 4, dtype=torch.float64)
+    ref = lambda x: torch.tanh(W @ x)  # noqa: E731
+    mine = lambda x: op(W=W, x=x)  # noqa: E731
+    assert torch.allclose(torch.func.grad(lambda x: mine(x).sum())(x), torch.func.grad(lambda x: ref(x).sum())(x))
+    assert torch.allclose(torch.func.vmap(mine)(xs), torch.tanh(xs @ W.T))
+    assert torch.allclose(torch.func.jacrev(mine)(x), torch.func.jacrev(ref)(x))
+    assert torch.allclose(torch.func.jacrev(torch.func.grad(lambda x: mine(x).sum()))(x),
+                          torch.func.hessian(lambda x: ref(x).sum())(x))
