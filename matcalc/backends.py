@@ -285,6 +285,8 @@ def function_source(backend: str, fname: str, outputs: list, param_names: list, 
                     head.append(f"    {p} = torch.as_tensor({p}{like})")
                 else:  # only scalars: a Python float is a double
                     head.append(f"    {p} = {p} if torch.is_tensor({p}) else torch.tensor({p}, dtype=torch.float64)")
+    elif ref is None:  # jax with only scalars: 0-d arrays (jax's dtype), as jax.grad returns them
+        head.extend(f"    {params[name]} = jnp.asarray({params[name]})" for name in param_names)
     for name in param_names:  # squeezed as the code computes it: (n, 1) and (1, n) 1-D, (1, 1) 0-d
         if name in unit:
             p = params[name]

@@ -461,3 +461,16 @@ def test_torch_hvp_of_numpy_float32_values():
     out = h.hvp(X, X=X, W=W)  # the direction became float64: a dtype error in the product
     E = np.exp(X.astype(float) @ W.astype(float))
     assert str(out.dtype) == "torch.float32" and np.allclose(out.numpy(), (E * (X @ W)) @ W.T, rtol=1e-5)
+
+
+@pytest.mark.skipif("jax" not in INSTALLED, reason="jax not installed")
+def test_jax_functions_of_python_floats_return_arrays():
+    # as jax.grad does (the README: a scalar result is a 0-d array, not a float)
+    import jax
+
+    h = matcalc.hessian("alpha*beta**2", "beta").callable("jax")
+    v, g = matcalc.value_and_grad("alpha*beta**2", wrt=["beta"]).callable("jax")(alpha=2.0, beta=3.0)
+    out = [h.hvp(1.0, alpha=2.0, beta=3.0), v, g["beta"],
+           matcalc.derive("alpha*beta**2", "beta").callable("jax")(alpha=2.0, beta=3.0)]
+    assert all(isinstance(o, jax.Array) and o.shape == () for o in out)
+    assert [float(o) for o in out] == [4.0, 18.0, 12.0, 12.0]
