@@ -420,7 +420,7 @@ def _typed(expr, shapes, definitions=None, syntax="matcalc", symmetric=()):
     return typed
 
 
-def _scalar_hint(expr, typed, shapes, definitions, syntax, symmetric, matlab=True) -> str:
+def _scalar_hint(expr, typed, shapes, definitions, syntax, symmetric) -> str:
     """How the question may have meant a scalar λ: a name that is a vector only by its spelling
     (lam, reg, c) declared a number, or * read as MATLAB's matrix product (x'*A*x)."""
     from .shapes import default_kind
@@ -439,8 +439,8 @@ def _scalar_hint(expr, typed, shapes, definitions, syntax, symmetric, matlab=Tru
             return (f"; {name} is a vector by the spelling of its name, and declared a number "
                     f"(shapes={{'{name}': ()}}, --shape {name}=scalar) it makes λ a scalar")
     if syntax == "matcalc" and ("*" in expr or "'" in expr) and scalar_with(shapes, "matlab"):
-        return "; * is the entrywise product here: write @ for the matrix product" + (
-            ", or read the question in MATLAB syntax (--syntax matlab, syntax='matlab')" if matlab else "")
+        return ("; * is the entrywise product here: write @ for the matrix product, or read the "
+                "question in MATLAB syntax (--syntax matlab, syntax='matlab')")
     return ""
 
 

@@ -361,9 +361,10 @@ class BackendFunction:
         return f"<matcalc {self.backend} function {self.name}({', '.join(self.params)})>"
 
     def __call__(self, /, **kwargs):
-        from .function import check_arguments
+        from .function import check_arguments, check_shapes
 
         check_arguments(self.name, kwargs, self.params)
+        check_shapes(self.name, kwargs, self.user_shapes)
         if self.backend == "torch" and any(type(v).__module__ == "numpy" for v in kwargs.values()):
             kwargs = from_numpy(kwargs)
         if self._same_names:

@@ -134,9 +134,10 @@ class MatcalcOp:
         return f
 
     def __call__(self, /, **kwargs):
-        from .function import check_arguments
+        from .function import check_arguments, check_shapes
 
         check_arguments(f"op({self.expr})", kwargs, self.names)
+        check_shapes(f"op({self.expr})", kwargs, self.user_shapes)
         return self._fn(*[kwargs[n] for n in self.names])
 
     def __repr__(self):

@@ -16,6 +16,34 @@ def check_arguments(fname: str, given, params) -> None:
                         f"it takes {', '.join(params)}")
 
 
+def check_shapes(fname: str, values: dict, user_shapes: dict) -> None:
+    """A ShapeError where the arguments' shapes (NumPy, torch or jax arrays, numbers) do not
+    fit the declared ones or each other: what the framework's own error would say deep inside
+    the computation.  A size-1 dimension may be given or left out, as everywhere."""
+    import numpy as np
+
+    sizes: dict = {}
+    for name, value in values.items():
+        shape = user_shapes.get(name)
+        if shape is None:
+            continue
+        given = tuple(value.shape) if hasattr(value, "shape") else np.shape(value)
+        dims = [d for d in shape if d != 1]
+        if len(given) == len(shape) and len(dims) < len(shape):  # the declared form, (n, 1)
+            if any(d == 1 and s != 1 for d, s in zip(shape, given)):
+                raise ShapeError(f"{fname}: {name} must have shape {shape}, got {given}")
+            given = tuple(s for d, s in zip(shape, given) if d != 1)
+        elif len(given) != len(dims) and not (not dims and all(s == 1 for s in given)):
+            kind = {0: "a scalar", 1: "a vector (1-D)", 2: "a matrix (2-D)"}[len(dims)]
+            raise ShapeError(f"{fname}: {name} must be {kind} of shape {shape}, got shape {given}")
+        for d, s in zip(dims, given):
+            want = d if isinstance(d, int) else sizes.setdefault(d, s)
+            if want != s:
+                where = "its declared size" if isinstance(d, int) else "elsewhere"
+                raise ShapeError(f"{fname}: {name} has shape {given}, but dimension {d} is {want} "
+                                 f"{where} (declared shape {shape})")
+
+
 class GradientFunction:
     """A callable made from emitted NumPy source.  Takes every symbol of the expression
     as a keyword argument (scalars as floats, vectors 1-D, matrices 2-D arrays)."""

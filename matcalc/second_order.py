@@ -18,7 +18,7 @@ import warnings
 from functools import cached_property
 
 from . import ir
-from .api import MAX_TREE
+from .api import MAX_TREE, _typed_any
 from .adjoint import Step, pullback
 from .differential import differential
 from .errors import DeriveError, NotationWarning, ShapeError, not_in_expression
@@ -35,15 +35,6 @@ def _doc(e, names) -> str:
     """An expression for a docstring: with the definitions' names, at most 200 characters."""
     t = to_text(e, names)
     return t if len(t) <= 200 else t[:150] + " … " + t[-40:]
-
-def _typed_any(expr, shapes, definitions):
-    from .parse import parse
-    from .shapes import typecheck
-
-    if definitions is not None and not isinstance(definitions, dict):
-        raise DeriveError("definitions must be a dict name -> expression text")
-    return typecheck(parse(expr), expr, shapes, definitions)
-
 
 def _check_wrt(typed, wrt):
     if not isinstance(wrt, str):
@@ -958,14 +949,15 @@ def _compare(m, f, inputs, wrt, rng, h=1e-6, max_cols=24):
 # ------------------------------------------------------------------ the API
 
 def jacobian(expr: str, wrt, shapes: dict | None = None, definitions: dict | None = None,
-             where: dict | None = None):
+             where: dict | None = None, *, syntax: str = "matcalc"):
     """dF = J[dW] for the (vector- or matrix-valued) ``expr`` and ``wrt`` (a name or a list):
     a Jacobian, or a dict name -> Jacobian.  A scalar ``expr`` gives the 1×N Jacobian, the
-    transpose of the gradient, with a NotationWarning."""
+    transpose of the gradient, with a NotationWarning.  ``syntax="matlab"`` reads the question
+    in matrixcalculus.org's language; results print in matcalc's."""
     if definitions is not None and where is not None:
         raise DeriveError("give definitions= or where=, not both")
     definitions = definitions if definitions is not None else where
-    typed = _typed_any(expr, shapes, definitions)
+    typed = _typed_any(expr, shapes, definitions, syntax)
     if typed.expr.shape == ir.SCALAR:
         warnings.warn(NotationWarning(
             "the expression is a scalar: its Jacobian is the 1×N row, the transpose of the "
@@ -989,20 +981,21 @@ def _jacobian_one(expr, typed, wrt) -> Jacobian:
 
 
 def hessian(expr: str, wrt, shapes: dict | None = None, definitions: dict | None = None,
-            where: dict | None = None):
+            where: dict | None = None, *, syntax: str = "matcalc"):
     """d²λ = dW : H[dW] for the scalar ``expr``.  ``wrt`` a name: a Hessian; a list: a dict
-    keyed by ordered pairs (Wi, Wj) whose block maps dWj to Wi's shape."""
+    keyed by ordered pairs (Wi, Wj) whose block maps dWj to Wi's shape.  ``syntax="matlab"``
+    reads the question in matrixcalculus.org's language; results print in matcalc's."""
     from .api import _derive_one, _scalar_hint
 
     if definitions is not None and where is not None:
         raise DeriveError("give definitions= or where=, not both")
     definitions = definitions if definitions is not None else where
-    typed = _typed_any(expr, shapes, definitions)
+    typed = _typed_any(expr, shapes, definitions, syntax)
     if typed.expr.shape != ir.SCALAR:
         raise ShapeError(f"a Hessian needs a scalar λ, but the expression is {ir.describe(typed.expr.shape)}: "
                          "use jacobian (matcalc jacobian) for the derivative of an array-valued F, "
                          "or make a scalar with sum(...) or G:(...)"
-                         f"{_scalar_hint(expr, typed, shapes, definitions, 'matcalc', (), matlab=False)}",
+                         f"{_scalar_hint(expr, typed, shapes, definitions, syntax, ())}",
                          expr, 0, len(expr.rstrip()))
     names = list(wrt) if isinstance(wrt, (list, tuple)) else [wrt]
     if not names:
@@ -1047,6 +1040,9 @@ def add_cli_parsers(sub) -> None:
                        help="declare a shape: W=a,b  x=b  alpha=scalar  (ints allowed: W=n,3)")
         p.add_argument("--let", action="append", default=[], metavar="NAME=EXPR", dest="let",
                        help="name an intermediate quantity, e.g. --let z=W@x+c")
+        p.add_argument("--syntax", choices=["matcalc", "matlab"], default="matcalc",
+                       help="read EXPR in matcalc's language or matrixcalculus.org's (MATLAB-like: "
+                            "* the matrix product, .* entrywise, x' the transpose); results print in matcalc's")
         p.add_argument("--steps", action="store_true", help="print the derivation step by step")
         p.add_argument("--latex", action="store_true", help="print the result in LaTeX")
         p.add_argument("--kron", action="store_true",
@@ -1060,7 +1056,8 @@ def add_cli_parsers(sub) -> None:
         p.add_argument("--json", action="store_true", help="print one JSON object per variable (block)")
 
 
-def compute(kind: str, expr: str, wrt: list, shapes: dict, definitions, emit: bool = True):
+def compute(kind: str, expr: str, wrt: list, shapes: dict, definitions, emit: bool = True,
+            syntax: str = "matcalc"):
     """``(results, notes)`` as ``matcalc hessian|jacobian`` computes them (``matcalc serve``'s
     endpoints too): ``results`` maps a name (a pair for Hessian blocks) to its Jacobian or
     Hessian, with the NumPy module already emitted if ``emit`` (a refusal of the emitted code is
@@ -1068,9 +1065,9 @@ def compute(kind: str, expr: str, wrt: list, shapes: dict, definitions, emit: bo
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", NotationWarning)
         if kind == "jacobian":
-            results = jacobian(expr, wrt=list(wrt), shapes=shapes, definitions=definitions)
+            results = jacobian(expr, wrt=list(wrt), shapes=shapes, definitions=definitions, syntax=syntax)
         else:
-            results = hessian(expr, wrt=list(wrt), shapes=shapes, definitions=definitions)
+            results = hessian(expr, wrt=list(wrt), shapes=shapes, definitions=definitions, syntax=syntax)
     notes = [w.message.message for w in caught if issubclass(w.category, NotationWarning)]
     for r in results.values() if emit else ():
         r.numpy_source  # noqa: B018
@@ -1111,7 +1108,8 @@ def run_cli(args) -> int:
         lets = parse_lets(args.let) or None
         # the module is emitted now: a refusal of the emitted code is a refusal, not a crash later
         results, notes = compute(args.command, args.expr, args.wrt, shapes, lets,
-                                 emit=args.code or args.json or args.check)  # (the text alone needs no code)
+                                 emit=args.code or args.json or args.check,  # (the text alone needs no code)
+                                 syntax=args.syntax)
         for note in notes:
             print(f"matcalc: note: {note}", file=sys.stderr)
         for r in results.values():  # a refusal of the emitted framework code is a refusal too

@@ -474,3 +474,11 @@ def test_jax_functions_of_python_floats_return_arrays():
            matcalc.derive("alpha*beta**2", "beta").callable("jax")(alpha=2.0, beta=3.0)]
     assert all(isinstance(o, jax.Array) and o.shape == () for o in out)
     assert [float(o) for o in out] == [4.0, 18.0, 12.0, 12.0]
+
+
+@pytest.mark.parametrize("backend", _backend_params())
+def test_a_backend_function_names_the_argument_whose_shape_does_not_fit(backend):
+    d = matcalc.derive("sum(exp(W@x))", wrt="W")
+    fw = to_framework(backend, {"W": np.ones((3, 4)), "x": np.ones(5)})
+    with pytest.raises(matcalc.ShapeError, match=r"x has shape \(5,\), but dimension b is 4"):
+        d.callable(backend)(**fw)

@@ -212,3 +212,21 @@ def test_torch_func_transforms_over_an_op():
     assert torch.allclose(torch.func.jacrev(mine)(x), torch.func.jacrev(ref)(x))
     assert torch.allclose(torch.func.jacrev(torch.func.grad(lambda x: mine(x).sum()))(x),
                           torch.func.hessian(lambda x: ref(x).sum())(x))
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_an_op_names_the_argument_whose_shape_does_not_fit(backend):
+    pytest.importorskip(backend)
+    op = matcalc.op("W@x + b", backend=backend)
+    W, x, b = np.ones((3, 4)), np.ones(5), np.ones(3)
+    if backend == "torch":
+        import torch
+        W, x, b = (torch.tensor(v) for v in (W, x, b))
+    with pytest.raises(matcalc.ShapeError, match=r"x has shape \(5,\), but dimension \w+ is 4"):
+        op(W=W, x=x, b=b)
+    with pytest.raises(matcalc.ShapeError, match="b must be a vector"):
+        op(W=W, x=x[:4], b=W)
+    assert tuple(op(W=W, x=x[:4], b=b).shape) == (3,)
+    col = matcalc.op("W@x", backend=backend, shapes={"W": ("m", "n"), "x": ("n", 1)})
+    assert tuple(col(W=W, x=x[:4].reshape(4, 1)).shape) == (3,)  # a column as declared, or squeezed
+    assert tuple(col(W=W, x=x[:4]).shape) == (3,)

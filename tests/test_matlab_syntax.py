@@ -1,6 +1,8 @@
 """matrixcalculus.org's language (syntax="matlab"): its documented examples against closed
 forms, its naming convention, results printed back in it, and its refusals."""
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -160,3 +162,16 @@ def test_matlab_dimensions_count_from_one():
     v = np.random.default_rng(2).random(3)
     g = matcalc.derive("u'*sum(exp(X), 2)", wrt="X", syntax="matlab")  # row sums (NumPy axis 1)
     np.testing.assert_allclose(g.function(X=X, u=v), v[:, None] * np.exp(X))
+
+
+def test_hessian_and_jacobian_read_matlab_syntax():
+    rng = np.random.default_rng(2)
+    A, x = rng.standard_normal((4, 4)), rng.standard_normal(4)
+    h = matcalc.hessian("x'*A*x", "x", syntax="matlab")
+    assert np.allclose(h.matrix(A=A, x=x), A + A.T)  # the Hessian of xᵀAx
+    W = rng.standard_normal((3, 4))
+    j = matcalc.jacobian("exp(W*x)", "x", syntax="matlab")
+    assert np.allclose(j.matrix(W=W, x=x), np.exp(W @ x)[:, None] * W)
+    r = subprocess.run([sys.executable, "-m", "matcalc", "hessian", "x'*A*x", "--wrt", "x", "--syntax", "matlab"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "H[dx] = (A.T + A)@dx" in r.stdout

@@ -776,3 +776,12 @@ def test_the_answer_cache_is_bounded_in_bytes_as_well_as_in_count():
     for i in range(3):
         small.put(i, (200, b"z"))
     assert small.get(0) is None and small.get(2) == (200, b"z")
+
+
+def test_hessian_and_jacobian_in_matlab_syntax(client):
+    r = client.post("/api/hessian", json={"expr": "x'*A*x", "wrt": "x", "syntax": "matlab"})
+    assert r.status_code == 200, r.text
+    assert r.json()[0]["hessian"] == "(A.T + A)@dx"
+    r = client.post("/api/jacobian", json={"expr": "A*X*B", "wrt": "X", "syntax": "matlab"})
+    assert r.status_code == 200, r.text
+    assert r.json()[0]["kron"] == "kron(B.T, A)"

@@ -207,9 +207,6 @@ def derive_params(payload, need_wrt: bool = True, kind: str = "derive") -> dict:
            "check": check}
     if kind in ("derive", "hessian", "jacobian"):
         out["backends"] = _backends(payload.get("backends"))
-    if kind in ("hessian", "jacobian") and out["syntax"] is not None:
-        raise RequestError(f"the {kind} reads matcalc syntax only; syntax {out['syntax']!r} "
-                           "is read for the gradient")
     if kind == "symbols":
         out["mode"] = _mode(payload.get("mode"))
     return out
@@ -237,7 +234,8 @@ def _backend_sources(d, obj, backends):
 def _second_order(kind: str, p: dict):
     from .. import second_order
 
-    results, notes = second_order.compute(kind, p["expr"], list(p["wrt"]), p["shapes"], p["definitions"])
+    results, notes = second_order.compute(kind, p["expr"], list(p["wrt"]), p["shapes"], p["definitions"],
+                                          syntax=p["syntax"] or "matcalc")
     backends = list(p.get("backends") or [])
     first = backends[0] if backends else "numpy"
     out = []
