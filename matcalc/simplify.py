@@ -276,6 +276,8 @@ def s_mul(*fs: Expr) -> Expr:
         else:
             rest.append(f)
     if denominators and c != 0.0:
+        c, rest, denominators = _cancel_quotient(c, rest, denominators)
+    if denominators and c != 0.0:
         for d in list(denominators):  # x∘y⊘x = y
             sinh = next((f for f in rest if d.op == "cosh" and f.op == "sinh" and f.args[0] == d.args[0]
                          and f.shape == d.shape), None)
@@ -464,6 +466,41 @@ def _div_node(num: Expr, den: Expr, shape) -> Expr:
         return s_mul(const(1.0 / den.attr), num, const(1.0, shape)) if num.shape != shape \
             else s_mul(const(1.0 / den.attr), num)
     return Expr("div", (num, den), None, ir._broadcast([num.shape, den.shape, shape]))
+
+
+def _cancel_quotient(c, rest, denominators):
+    """(c, numerator factors, denominators) with the numbers of the denominators moved into c
+    and the powers of one base cancelled: -4(x − m)²s ⊘ (4s⁴) = -(x − m)² ⊘ s³."""
+    dens = []
+    for d in denominators:
+        for f in factors(d):
+            if f.op == "const" and f.shape == SCALAR and f.attr != 0.0 and c / f.attr == round(c / f.attr, 6):
+                c /= f.attr  # (a number that stays short: 4/4, 1/2; 1/3 stays a division by 3)
+            elif f.op == "const" and f.shape == SCALAR and float(c).is_integer() and float(f.attr).is_integer():
+                g = math.gcd(int(c), int(f.attr))  # -3/9 = -1/3
+                c /= g
+                if f.attr != g:
+                    dens.append(const(f.attr / g))
+            else:
+                dens.append(f)
+
+    def powers(fs):
+        out: dict = {}
+        for f in fs:
+            base, k = (f.args[0], f.args[1].attr) if f.op == "pow" and f.args[1].op == "const" else (f, 1.0)
+            out[base] = out.get(base, 0.0) + k
+        return out
+
+    num, den = powers(rest), powers(dens)
+    common = [b for b in num if b in den]
+    if not common:
+        return c, rest, ([s_mul(*dens)] if dens else [])
+    for b in common:
+        k = num[b] - den[b]
+        num[b], den[b] = max(k, 0.0), max(-k, 0.0)
+    rest = [s_pow(b, const(k)) for b, k in num.items() if k != 0.0]
+    dens = [s_pow(b, const(k)) for b, k in den.items() if k != 0.0]
+    return c, rest, ([s_mul(*dens)] if dens else [])
 
 
 def _collect_powers(fs):

@@ -3,6 +3,7 @@ A + Aᵀ, no scalar on the left of ':' in the steps, ½ in LaTeX."""
 import re
 
 import numpy as np
+import pytest
 
 import matcalc
 
@@ -83,3 +84,19 @@ def test_complementary_sigmoids_are_not_expanded_into_a_cubic():
     z = np.array([30.0, -25.0, 0.5])
     s, t = _sigmoid(z), _sigmoid(-z)
     assert np.allclose(d.function(z=z), s * t * (t - s), rtol=1e-9, atol=0)
+
+
+@pytest.mark.parametrize("expr, wrt, text, closed", [
+    ("sum((x-m)**2/(2*s**2))", "s", "-(x - m)**2/s**3",     # was -4*(x - m)**2*s/(4*s**4)
+     lambda x, m, s, y: -(x - m) ** 2 / s ** 3),
+    ("sum(y/(3*x))", "x", "-y/(3*x**2)", lambda x, m, s, y: -y / (3 * x ** 2)),  # was -3*y/(9*x**2)
+    ("sum(6*y/(9*x))", "x", "-2*y/(3*x**2)", lambda x, m, s, y: -2 * y / (3 * x ** 2)),
+    ("sum(x**3/x**5)", "x", "-2/x**3", lambda x, m, s, y: -2 / x ** 3),
+])
+def test_numbers_and_powers_cancel_in_a_quotient(expr, wrt, text, closed):
+    d = matcalc.derive(expr, wrt=wrt)
+    assert d.text == text
+    rng = np.random.default_rng(1)
+    vals = {"x": rng.uniform(1, 2, 4), "m": rng.standard_normal(4), "y": rng.standard_normal(4),
+            "s": rng.uniform(1, 2, 4)}
+    assert np.allclose(d.function(**{k: vals[k] for k in d.function.params}), closed(**vals))
