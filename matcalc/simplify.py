@@ -275,6 +275,10 @@ def s_mul(*fs: Expr) -> Expr:
             denominators.append(d0)
         else:
             rest.append(f)
+    for f in list(rest):  # sign(u)∘u = |u| (log|det X|'s derivative: sign(d) d / |d|)
+        if f.op == "sign" and f.args[0] in rest and f.args[0].shape == f.shape:
+            rest.remove(f)
+            rest[rest.index(f.args[0])] = s_func("abs", f.args[0])
     if denominators and c != 0.0:
         c, rest, denominators = _cancel_quotient(c, rest, denominators)
     if denominators and c != 0.0:
@@ -305,6 +309,9 @@ def s_mul(*fs: Expr) -> Expr:
         if f.op == "step" and any(g.op == "relu" and g.args[0] == f.args[0] and g.shape == f.shape for g in rest):
             rest.remove(f)
     rest = _collect_powers(rest)
+    if c < 0 and len(rest) == 1 and rest[0].op == "add" and rest[0].shape == shape \
+            and all(ir.negative_term(t)[0] for t in rest[0].args):  # -(-a - b) = a + b
+        return s_add(*[scale(c, t) for t in rest[0].args])
     if not math.isfinite(c):  # an overflow: keep the factors as they are
         return Expr("mul", tuple(flat), None, shape)
     if c == 0.0 or not rest:

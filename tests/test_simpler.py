@@ -100,3 +100,16 @@ def test_numbers_and_powers_cancel_in_a_quotient(expr, wrt, text, closed):
     vals = {"x": rng.uniform(1, 2, 4), "m": rng.standard_normal(4), "y": rng.standard_normal(4),
             "s": rng.uniform(1, 2, 4)}
     assert np.allclose(d.function(**{k: vals[k] for k in d.function.params}), closed(**vals))
+
+
+def test_log_abs_det_and_a_negated_sum_of_negative_terms():
+    d = matcalc.derive("log(abs(det(X)))", wrt="X")
+    assert d.text == "inv(X).T"  # was sign(det(X))*det(X)*inv(X).T/abs(det(X))
+    X = np.random.default_rng(2).standard_normal((4, 4))
+    assert np.allclose(d.function(X=X), np.linalg.inv(X).T)
+    h = matcalc.hessian("tr(inv(X)@A)", "X")
+    assert not h.text.startswith("-(-")  # -(-a - b) reads a + b
+    A, V = np.random.default_rng(3).standard_normal((2, 4, 4))
+    Xi = np.linalg.inv(X)  # d²tr(X⁻¹A) along V: 2 tr(X⁻¹VX⁻¹VX⁻¹A), so H[V] = (X⁻¹VX⁻¹AX⁻¹ + X⁻¹AX⁻¹VX⁻¹)ᵀ
+    want = (Xi @ V @ Xi @ A @ Xi + Xi @ A @ Xi @ V @ Xi).T
+    assert np.allclose(h.hvp(V, X=X, A=A), want)
