@@ -820,9 +820,10 @@ class Hessian(_LinearMap):
 # ------------------------------------------------------------------ the check
 
 def _check(m: _LinearMap, seed, tol, draws, domain, sizes):
-    from .check import over_size_choices
+    from .check import inverts, over_size_choices
 
-    return over_size_choices(m.user_shapes, sizes, lambda s: _check_at(m, seed, tol, draws, domain, s))
+    return over_size_choices(m.user_shapes, sizes, lambda s: _check_at(m, seed, tol, draws, domain, s),
+                             inverts=inverts(m.lam if m.kind == "hessian" else m.F))
 
 
 def _check_at(m: _LinearMap, seed, tol, draws, domain, sizes):

@@ -128,3 +128,13 @@ def test_a_wrong_gradient_fails_at_both_sizes(monkeypatch):
     monkeypatch.setattr(d, "_check_function", lambda **kw: 1.5 * real(**kw))
     report = d.check()
     assert not report.ok and report.sizes == {"a": 3, "b": 4}
+
+
+def test_a_gradient_wrong_only_at_the_first_sizes_fails_where_nothing_is_inverted():
+    # no inverse or determinant in λ: a failure at the first sizes is a failure (the retry at
+    # swapped sizes is for products such as XᵀX that are singular at some sizes)
+    d = matcalc.derive("sum(X)", wrt="X", shapes={"X": ("a", "b")})
+    d.__dict__["_check_function"] = lambda X: np.ones_like(X) + 5 * np.ones_like(X) @ (
+        np.eye(X.shape[1]) - np.linalg.pinv(X) @ X)  # wrong only where X is wide
+    report = d.check()
+    assert not report.ok and report.sizes == {"a": 3, "b": 4}
