@@ -148,15 +148,18 @@ def _s_add(terms) -> Expr:
 def _open_brackets(flat, shape):
     """c(a + b) + … = ca + cb + … for a number c, when terms then cancel and the sum gets
     shorter: (1 − σ(z)) − (1 − σ(−z)) = σ(−z) − σ(z).  None otherwise."""
-    opened, changed = [], False
+    opened, inside, outside = [], [], []
     for t in flat:
         c, core = split_coeff(t)
         if core is not None and core.op == "add" and core.shape == t.shape:
             opened.extend(scale(c, u) for u in core.args)
-            changed = True
+            inside.extend(split_coeff(u)[1] for u in core.args)
         else:
             opened.append(t)
-    if not changed:
+            outside.append(core)
+    # only where a term inside meets its like outside or in another bracket (else it never
+    # gets shorter, and trying would redo every bracket nested inside: exponential)
+    if not inside or len(set(inside) | set(outside)) == len(inside) + len(outside):
         return None
     out = _s_add(opened)
     if out.shape != shape or ir.tree_size(out) >= ir.tree_size(Expr("add", tuple(flat), None, shape)):
