@@ -97,7 +97,13 @@ class Derivation:
         """The definitions the short form uses, and those their values use: name -> text
         (LaTeX with latex=True, keyed by the LaTeX name)."""
         prim = self._prim_names()
-        used = {prim[n] for n in ir.walk(self.gradient) if n in prim}
+        written = dict(definitions_in_order(prim))  # name -> the node its definition writes
+        used, todo = set(), [self.gradient]
+        while todo:  # the names in G, and those their written values use
+            for n in ir.walk(todo.pop()):
+                if n in prim and prim[n] not in used:
+                    used.add(prim[n])
+                    todo.append(written[prim[n]])
         if latex:
             return {tex_name(k): v for k, v in self._definitions(self._latex) if k in used}
         return {k: v for k, v in self._definitions(self._print) if k in used}

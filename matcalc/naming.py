@@ -87,19 +87,34 @@ def auto_names(roots, taken: set, existing: dict, key=None) -> dict:
 
 
 def definitions_in_order(names: dict) -> list:
-    """[(name, node)] with every name after the names its value uses."""
-    order = []
-    placed = set()
-    simplest: dict = {}  # name -> its smallest node (one quantity can have two forms: -(-y) and y)
-    for node in names:
-        if ir.tree_size(node) < ir.tree_size(simplest.get(names[node], node)) or names[node] not in simplest:
-            simplest[names[node]] = node
-    for node in names:
-        for n in ir.walk(node):
-            if n in names and n not in placed:
-                placed.add(n)
-                if names[n] not in [name for name, _ in order]:
-                    order.append((names[n], simplest[names[n]]))
+    """[(name, node)] with every name after the names its value uses.  A quantity named in
+    two forms (-(-y) and y) is written in its smallest one."""
+    simplest: dict = {}  # name -> its smallest node
+    for node, name in names.items():
+        if name not in simplest or ir.tree_size(node) < ir.tree_size(simplest[name]):
+            simplest[name] = node
+    order: list = []
+    placed: set = set()
+
+    def uses(name):  # the names its written value uses
+        node = simplest[name]
+        return [names[n] for n in ir.walk(node) if n is not node and n in names and names[n] != name]
+
+    for root in names:
+        for first in [names[n] for n in ir.walk(root) if n in names]:
+            stack = [(first, iter(uses(first)))]  # depth first, without Python's recursion
+            seen = {first}
+            while stack:
+                name, pending = stack[-1]
+                nxt = next((u for u in pending if u not in placed and u not in seen), None)
+                if nxt is not None:
+                    seen.add(nxt)
+                    stack.append((nxt, iter(uses(nxt))))
+                    continue
+                stack.pop()
+                if name not in placed:
+                    placed.add(name)
+                    order.append((name, simplest[name]))
     return order
 
 

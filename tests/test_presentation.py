@@ -257,3 +257,22 @@ def test_no_step_repeats_the_line_before(expr, wrt):
     rows = [line.split("    [")[0].split("= ", 1)[1] for line in d.derivation_lines() if line.lstrip().startswith(("dλ =", "="))]
     assert all(a != b for a, b in zip(rows, rows[1:])), rows
     assert [s["after"] for s in d.to_dict()["steps"]] == rows
+
+
+@pytest.mark.parametrize("expr, wrt, lets", [
+    ("v.T@sigmoid(W@softplus(h))", "W", {"h": "(w.T@X.T).T"}),  # q was listed after z = W@q
+    ("sum(softplus(W@h))", "W", {"h": "u*alpha"}),              # the short form's where lacked h
+    ("sum(log(1+exp(-y*(X@w))))", "w", None),
+])
+def test_every_definition_comes_after_the_names_it_uses(expr, wrt, lets):
+    import re as _re
+
+    d = matcalc.derive(expr, wrt=wrt, definitions=lets)
+    for defs in (d.definitions, d.short_definitions()):
+        seen = set()
+        for name, value in defs.items():
+            used = {n for n in _re.findall(r"[A-Za-z_]\w*", value) if n in d.definitions}
+            assert used <= seen, (name, value, defs)
+            seen.add(name)
+    short_used = {n for n in _re.findall(r"[A-Za-z_]\w*", d.short_text) if n in d.definitions}
+    assert short_used <= set(d.short_definitions())
