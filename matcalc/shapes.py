@@ -571,11 +571,12 @@ class _Typer:
         number) on a side of ':', else None: it is the all-ones array of the other side's
         shape, as a bare 1 is there, so (γ1):B reads back as written."""
         if node.kind == "neg":
-            return self.scaled_one(node.children[0])
+            c = node.children[0]
+            return c if c.kind == "num" and c.value == 1.0 else self.scaled_one(c)
         if node.kind != "mul" or node.value not in ("*", "/") or not self.is_scalar(self.shape[id(node)]):
             return None
         parts = node.children if node.value == "*" else node.children[:1]
-        for i, c in enumerate(parts):
+        for c in parts:
             if c.kind == "num" and c.value == 1.0:
                 return c
             found = self.scaled_one(c)

@@ -144,3 +144,13 @@ def test_every_step_of_the_vae_derivation_reads_back_as_the_same_number():
         used = [s for s in shapes if re.search(rf"\b{s}\b", text)]
         f = matcalc.derive(text, wrt=used[0], shapes={s: shapes[s] for s in used}).value_function
         assert np.isclose(f(**{s: values[s] for s in used}), want), text
+
+
+@pytest.mark.parametrize("text, scale", [("-1/alpha:X", -1 / 0.5), ("X:-1/2", -0.5), ("-1:X", -1.0),
+                                         ("-alpha*1:X", -0.5)])
+def test_a_negated_scaled_one_beside_a_colon_is_the_all_ones_array(text, scale):
+    # as -sum(X)/alpha's derivation prints its step: -1/alpha:dX
+    X = np.arange(12.0).reshape(3, 4)
+    d = matcalc.derive(text, wrt="X", shapes={"X": ("a", "b"), "alpha": ()})
+    args = {"X": X, "alpha": 0.5} if "alpha" in d.function.params else {"X": X}
+    assert np.isclose(d.value_function(**args), scale * X.sum())
