@@ -405,11 +405,15 @@ class _LinearMap:
                                       returns=returns, declared=self.user_shapes)
             extra = box["helpers"]
         else:
+            from .codegen import entry_conversions, unit_params
+
             values = "dict(" + ", ".join(f"{v}={v}" for v in py.values()) + ")"
             vjp = names["vjp"] if self._has_vjp() else "None"
+            unit, _ = unit_params(self._params, self.user_shapes, None)  # (1, n) given so: squeezed
             dsrc = (f"def {dname}(*, {', '.join(py[p] for p in self._params)}):\n"
                     f"    {ddoc!r}\n"
-                    f"    return _dense_from({names['product']}, {vjp}, {shape_code(self.dW.shape)}, "
+                    + "".join(line + "\n" for line in entry_conversions(self._params, py, self.symbols, unit))
+                    + f"    return _dense_from({names['product']}, {vjp}, {shape_code(self.dW.shape)}, "
                     f"{shape_code(self.out_node.shape)}, {values})\n")
             parts.insert(0, _DENSE_HELPER)
         helper_src = "".join(VHELPERS[h] + "\n\n" for h in sorted(extra))

@@ -257,8 +257,12 @@ def module_source(m, backend: str, vmap: bool = False) -> str:
     else:
         values = "dict(" + ", ".join(f"{v}={v}" for v in py.values()) + ")"
         vjp = names["vjp"] if m._has_vjp() else "None"
+        arg = "torch.reshape(torch.as_tensor({0}), {1})" if backend == "torch" else "jnp.reshape({0}, {1})"
+        squeeze = "".join(  # a (1, n) or (n, 1) argument given so: squeezed, as the products compute
+            f"    {py[p]} = " + arg.format(py[p], "()" if m.symbols[p].shape == (1, 1) else "(-1,)") + "\n"
+            for p in params if 1 in (m.user_shapes.get(p) or ()))
         dsrc = (f"def {dname}(*, {', '.join(py[p] for p in params)}):\n"
-                f"    {ddoc!r}\n"
+                f"    {ddoc!r}\n" + squeeze +
                 f"    return _dense_from({names['product']}, {vjp}, {shape_code(m.dW.shape)}, "
                 f"{shape_code(m.out_node.shape)}, {values}, {ref})\n")
         used = {"_dense_from"}

@@ -436,3 +436,17 @@ def test_the_standalone_numpy_module_takes_a_column_as_declared():
     E = np.exp(W @ x[:, 0])
     out = ns["hvp_x"](V, W=W, x=x)
     assert out.shape == (3, 1) and np.allclose(out[:, 0], W.T @ (E * (W @ V[:, 0])))
+
+
+@pytest.mark.parametrize("backend", ["numpy"] + _backend_params())
+def test_the_dense_matrix_of_a_row_declared_1_by_n_without_a_vec_form(backend):
+    # the dense matrix read n from A.shape[0], which is 1 for A given as (1, n): [[1.]] for I₄
+    A = np.arange(4.0)[None]
+    j = matcalc.jacobian("vec(A)", "A", shapes={"A": (1, "n")})
+    h = matcalc.hessian("vec(A):vec(A)", "A", shapes={"A": (1, "n")})
+    if backend == "numpy":
+        M, H = j.matrix(A=A), h.matrix(A=A)
+    else:
+        a = one(backend, A)
+        M, H = to_numpy(backend, j.callable(backend).matrix(A=a)), to_numpy(backend, h.callable(backend).matrix(A=a))
+    assert np.allclose(M, np.eye(4)) and np.allclose(H, 2 * np.eye(4))
