@@ -506,7 +506,7 @@ def _jvp_logsumexp(e, d):
 def _jvp_matrix_power(e, d):
     """d(Xᵏ) = Σᵢ Xⁱ dX Xᵏ⁻¹⁻ⁱ; for k < 0 the same sum in X⁻¹ with dX⁻¹ = −X⁻¹ dX X⁻¹."""
     ir = _ir()
-    if d[0] is None:
+    if d[0] is None or e.attr == 0:  # X⁰ = I: no differential
         return None
     X, k = e.args[0], e.attr
     base, dbase = (X, d[0]) if k > 0 else (ir.func("inv", X), ir.neg(ir.matmul(ir.matmul(ir.func("inv", X), d[0]), ir.func("inv", X))))

@@ -588,6 +588,8 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
     if name == "sum" and attr is not None and a.op == "matmul" and a.args[0].shape[1] == 1:
         u, v = a.args  # an outer product u vᵀ: along its rows u sum(v), along its columns sum(u) vᵀ
         return s_mul(u, s_func("sum", v)) if attr == 1 else s_mul(s_func("sum", u), v)
+    if name == "matrix_power" and attr in (0, 1):  # X⁰ = I, X¹ = X
+        return ir.eye(a.shape[0]) if attr == 0 else a
     if attr is not None or op.nargs != 1:
         return ir.func(name, a, attr=attr)
     if name == "tr" and a.op == "T":

@@ -1,4 +1,7 @@
 """Failures the random soundness runs found, each kept as a named test."""
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -103,3 +106,15 @@ def test_numpy_integers_declare_sizes():
     assert d.user_shapes["W"] == (2, 3) and all(type(n) is int for n in d.user_shapes["A"])
     assert np.array_equal(d.function(A=A, W=np.zeros((2, 3))), A)
     assert matcalc.derive("x:x", wrt="x", shapes={"x": np.int64(4)}).user_shapes["x"] == (4,)
+
+
+def test_matrix_power_zero_is_the_identity_with_no_differential():
+    # dF printed "()*1" and --json ended with IndexError (exit 3): the sum of no terms
+    j = matcalc.jacobian("matrix_power(C, 0)", "C")
+    assert j.text == "0"
+    C = np.random.default_rng(0).standard_normal((3, 3))
+    assert np.allclose(j.matrix(C=C), 0)
+    assert matcalc.derive("C:matrix_power(C, 0)", wrt="C").text == "I"
+    r = subprocess.run([sys.executable, "-m", "matcalc", "hessian", "C:matrix_power(C, 0)", "--wrt", "C", "--json"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
