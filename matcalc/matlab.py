@@ -129,6 +129,11 @@ class MatlabTyper(_Typer):
             if not self.unify(sb[0], sb[1]):
                 self.fail(n, f"{self.text(n)} is a matrix power, which needs a square matrix, but {what} "
                              f"(for the entrywise power write .^)")
+            from .ops import MAX_MATRIX_POWER
+
+            if abs(kexp) > MAX_MATRIX_POWER:  # (as matrix_power's: its derivative has |k| terms)
+                self.fail(n, f"{self.text(n)}: the power of a matrix must be between -{MAX_MATRIX_POWER} "
+                             f"and {MAX_MATRIX_POWER}, got {fmt_number(kexp)}")
             self.mspecial[id(n)] = ("mpow", int(kexp))
             return sb
         if k == "call" and n.value == "diag":

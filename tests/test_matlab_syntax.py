@@ -175,3 +175,10 @@ def test_hessian_and_jacobian_read_matlab_syntax():
     r = subprocess.run([sys.executable, "-m", "matcalc", "hessian", "x'*A*x", "--wrt", "x", "--syntax", "matlab"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "H[dx] = (A.T + A)@dx" in r.stdout
+
+
+@pytest.mark.parametrize("expr", ["trace(X^1000)", "trace(X^1e308)", "trace(X^-65)"])
+def test_a_matrix_power_in_matlab_syntax_has_matrix_powers_limit(expr):
+    # X^1000 ended in RecursionError (exit 3) after 8 s; X^1e308 grew past 4 GB
+    with pytest.raises(ShapeError, match="between -64 and 64"):
+        matcalc.derive(expr, wrt="X", syntax="matlab")
