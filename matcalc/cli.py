@@ -153,6 +153,10 @@ def parse_at(items) -> dict:
         name = name.strip()
         if not sep or not name or not value.strip():
             raise DeriveError(f"--at takes NAME=VALUE (like x=[1,2] or alpha=0.5), got {item!r}")
+        depth = _depth(value)
+        if depth > 2:  # (json.loads would recurse that deep)
+            raise DeriveError(f"--at {name}: {value.strip()[:60]!r} nests lists {depth} deep; an argument "
+                              "is a number, a vector [1, 2] or a matrix [[1, 2], [3, 4]]")
         try:
             v = json.loads(value)
         except ValueError:
@@ -169,6 +173,15 @@ def parse_at(items) -> dict:
                               "length (or some entries are lists and some numbers)") from None
         out[name] = v
     return out
+
+
+def _depth(text: str) -> int:
+    """How deep the brackets of a JSON value nest (outside strings, which --at never has)."""
+    deepest = level = 0
+    for ch in text:
+        level += (ch == "[") - (ch == "]")
+        deepest = max(deepest, level)
+    return deepest
 
 
 def _numeric(v) -> bool:

@@ -1,5 +1,7 @@
 """--at NAME=VALUE: the gradient evaluated at numbers typed on the command line."""
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -64,3 +66,12 @@ def test_a_singular_matrix_at_the_values_is_named_so(capsys):
     code, out, err = run(capsys, "derive", "logdet(X)", "--wrt", "X", "--at", "X=[[1,2],[2,4]]")
     assert code == 2 and not out.strip()
     assert "singular" in err and "logdet(X)" in err and "shape error" not in err
+
+
+@pytest.mark.parametrize("depth", [3, 100, 5000])
+def test_at_values_nested_deeper_than_a_matrix_are_refused(depth):
+    # 500 levels ended in RecursionError (exit 3); 100 said "its rows differ in length"
+    value = "[" * depth + "1" + "]" * depth
+    r = subprocess.run([sys.executable, "-m", "matcalc", "derive", "sum(W)", "--wrt", "W", "--at", f"W={value}"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and f"nests lists {depth} deep" in r.stderr and "Traceback" not in r.stderr
