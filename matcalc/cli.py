@@ -143,6 +143,12 @@ def _protect_leading_minus(argv):
     return argv, None
 
 
+def check_status(report) -> int:
+    """The exit status of a check that did not pass: 1 where it failed, 2 where it could not be
+    made (λ not finite on any draw, or for any value: nothing was compared)."""
+    return EXIT_REFUSED if report.entries_checked == 0 else EXIT_CHECK_FAILED
+
+
 def parse_at(items) -> dict:
     """--at NAME=VALUE: VALUE is JSON (a number or nested lists of numbers), never evaluated."""
     from .errors import DeriveError
@@ -269,10 +275,9 @@ def run(argv=None) -> int:
         except MatcalcError as e:  # arrays too large for memory, an operation SymPy has no form for
             print(f"matcalc: the check cannot be made: {e}", file=sys.stderr)
             return EXIT_REFUSED
-        if report is not None and not report.ok:
-            status = EXIT_CHECK_FAILED
-        if exact is not None and not exact.ok:
-            status = EXIT_CHECK_FAILED
+        for r in (report, exact):
+            if r is not None and not r.ok:
+                status = max(status, check_status(r))
         if args.json:
             obj = json_object(d, report, exact, args.backend)
             if at is not None:
@@ -312,9 +317,10 @@ def run(argv=None) -> int:
         if exact is not None:
             out.append(str(exact))
     print("\n".join(out))
-    if status == EXIT_CHECK_FAILED and not args.json:
+    if status != EXIT_OK and not args.json:
         print("matcalc: the " + ("check" if args.check and args.exact else "exact check" if args.exact
-                                 else "numerical check") + " failed", file=sys.stderr)
+                                 else "numerical check") + (" failed" if status == EXIT_CHECK_FAILED
+                                                            else " cannot be made"), file=sys.stderr)
     return status
 
 

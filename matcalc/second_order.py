@@ -1104,7 +1104,7 @@ def json_object(r, report=None, key=None, notes=(), backend: str = "numpy") -> d
 def run_cli(args) -> int:
     import sys
 
-    from .cli import EXIT_CHECK_FAILED, EXIT_OK, EXIT_REFUSED, check_backend_args, dumps, parse_lets, parse_shapes
+    from .cli import EXIT_OK, EXIT_REFUSED, check_backend_args, check_status, dumps, parse_lets, parse_shapes
     from .errors import MatcalcError
 
     try:
@@ -1132,7 +1132,7 @@ def run_cli(args) -> int:
             print(f"matcalc: the check cannot be made: {e}", file=sys.stderr)
             return EXIT_REFUSED
         if report is not None and not report.ok:
-            status = EXIT_CHECK_FAILED
+            status = max(status, check_status(report))
         if args.json:
             obj = json_object(r, report, key, notes, args.backend)
             out.append(dumps(obj))
@@ -1161,6 +1161,7 @@ def run_cli(args) -> int:
         if report is not None:
             out.append(str(report))
     print("\n".join(out))
-    if status == EXIT_CHECK_FAILED and not args.json:
-        print("matcalc: the numerical check failed", file=sys.stderr)
+    if status != EXIT_OK and not args.json:
+        print("matcalc: the numerical check " + ("cannot be made" if status == EXIT_REFUSED else "failed"),
+              file=sys.stderr)
     return status

@@ -671,6 +671,10 @@ def exact_check(d, seed: int = 0, sizes: dict | None = None, domain: dict | None
     Wm = W if _is_matrix(W) else sp.Matrix([[W]])
     if not _is_matrix(G) and _is_matrix(W):  # a broadcast scalar gradient
         Gm = G * sp.ones(*W.shape)
+    if not _is_matrix(Gm) or any(e.has(sp.nan, sp.zoo) for e in (lam, *Gm)):  # (0**-2: nan times ones is nan)
+        return ExactReport(False, float("inf"), 0.0, chosen, domains, 0, 0,
+                           "λ or its gradient is not finite for any value (SymPy gives nan or ∞ for "
+                           "an entry: a zero to a negative power?)")
     rng = np.random.default_rng(seed)
     points = []
     for _ in range(2):

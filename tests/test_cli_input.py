@@ -159,3 +159,13 @@ def test_a_check_out_of_memory_is_a_refusal(capsys, monkeypatch, command):
     monkeypatch.setattr(so, "_check_at", no_memory)  # (hessian's)
     code, out, err = run(capsys, command, "sum(exp(kron(X, X)))", "--wrt", "X", "--check")
     assert code == 2 and "ran out of memory" in err and "internal error" not in err, err
+
+
+def test_a_check_that_cannot_be_made_exits_2():
+    # λ is NaN for every x (the square root of a log-sigmoid, which is < 0): nothing to compare
+    r = subprocess.run([sys.executable, "-m", "matcalc", "derive", "norm1(logsigmoid(x)**0.5)", "--wrt", "x",
+                        "--check"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "cannot be made" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "matcalc", "derive", "sum(B)*sum(Diag(u)**-2)", "--wrt", "B",
+                        "--exact"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "not finite for any value" in r.stdout, r.stdout + r.stderr
