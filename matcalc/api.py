@@ -397,9 +397,9 @@ def derive(expr: str, wrt, shapes: dict | None = None, definitions: dict | None 
     if isinstance(wrt, (list, tuple)):
         if not wrt:
             raise DeriveError("wrt is empty: name at least one symbol")
-        typed = _typed(expr, shapes, definitions, syntax, symmetric)
+        typed = _typed(expr, shapes, definitions, syntax, symmetric, wrt)
         return {w: _derive_one(expr, typed, w, **options) for w in wrt}
-    return _derive_one(expr, _typed(expr, shapes, definitions, syntax, symmetric), wrt, **options)
+    return _derive_one(expr, _typed(expr, shapes, definitions, syntax, symmetric, (wrt,)), wrt, **options)
 
 
 def _typed_any(expr, shapes, definitions=None, syntax="matcalc", symmetric=()):
@@ -415,21 +415,26 @@ def _typed_any(expr, shapes, definitions=None, syntax="matcalc", symmetric=()):
     return typed
 
 
-def _typed(expr, shapes, definitions=None, syntax="matcalc", symmetric=()):
+def _typed(expr, shapes, definitions=None, syntax="matcalc", symmetric=(), wrt=()):
     typed = _typed_any(expr, shapes, definitions, syntax, symmetric)
     if typed.expr.shape != ir.SCALAR:
         scalar = "sum(...) or G:(...) make a scalar" if syntax == "matcalc" else \
             "sum(...), x'*y or tr(...) make a scalar"
         raise ShapeError(f"λ must be a scalar, but the expression is {ir.describe(typed.expr.shape)} "
-                         f"({scalar}{_scalar_hint(expr, typed, shapes, definitions, syntax, symmetric)})",
+                         f"({scalar}{_scalar_hint(expr, typed, shapes, definitions, syntax, symmetric, wrt)})",
                          expr, 0, len(expr.rstrip()))
     return typed
 
 
-def _scalar_hint(expr, typed, shapes, definitions, syntax, symmetric) -> str:
+def _scalar_hint(expr, typed, shapes, definitions, syntax, symmetric, wrt=()) -> str:
     """How the question may have meant a scalar λ: a name that is a vector only by its spelling
-    (lam, reg, c) declared a number, or * read as MATLAB's matrix product (x'*A*x)."""
+    (lam, reg, c; not a wrt) declared a number, or * read as MATLAB's matrix product (x'*A*x).
+    Each try types the question again: at most 12 names and about 0.2 s."""
+    from time import perf_counter
+
     from .shapes import default_kind
+
+    start = perf_counter()
 
     def scalar_with(declared, syn=syntax):
         try:
@@ -439,8 +444,10 @@ def _scalar_hint(expr, typed, shapes, definitions, syntax, symmetric) -> str:
             return False
 
     shapes = dict(shapes or {}) if isinstance(shapes, dict) else {}
-    spelled = [n for n in typed.symbols if n not in shapes and default_kind(n) == 1]
+    spelled = [n for n in typed.symbols if n not in shapes and n not in wrt and default_kind(n) == 1]
     for name in spelled[:12]:
+        if perf_counter() - start > 0.2:
+            return ""
         if scalar_with({**shapes, name: ()}):
             return (f"; {name} is a vector by the spelling of its name, and declared a number "
                     f"(shapes={{'{name}': ()}}, --shape {name}=scalar) it makes λ a scalar")

@@ -148,8 +148,8 @@ class FrameworkEmitter(codegen.Emitter):
     def _like(self) -> str:
         if self.ref is None:  # only scalar arguments: Python floats are doubles
             return ", dtype=torch.float64" if self.backend == "torch" else ""
-        if self.backend == "torch":
-            return f", dtype={self.ref}.dtype, device={self.ref}.device"
+        if self.backend == "torch":  # (_dtype: the arguments' float dtype, set at the top)
+            return f", dtype=_dtype, device={self.ref}.device"
         return f", dtype={self.ref}.dtype"
 
     def full(self, shape, value: float) -> str:
@@ -274,10 +274,20 @@ def function_source(backend: str, fname: str, outputs: list, param_names: list, 
     lib = "torch" if backend == "torch" else "jnp"
     head.extend(f"    _shape_{params[n]} = {lib}.as_tensor({params[n]}).shape" if backend == "torch"
                 else f"    _shape_{params[n]} = jnp.shape({params[n]})" for n in given)
+    dtype = None
+    if backend == "torch" and ref:  # the arrays' float dtype (an integer tensor's would make 0.5 a 0)
+        arrays = [params[n] for n in param_names if syms[n].shape != SCALAR]
+        dtype = "_dtype"
+        uses = any(syms[n].shape == SCALAR for n in param_names) or any(
+            "_dtype" in line for line in em.lines) or any("_dtype" in r for r in results) or any(
+            codegen.host_number(o) for o in outputs)
+        if uses and len(arrays) == 1:
+            head.append(f"    _dtype = {ref}.dtype if {ref}.is_floating_point() else torch.get_default_dtype()")
+        elif uses:
+            head.append(f"    _dtype = next((t.dtype for t in ({', '.join(arrays)}) if t.is_floating_point()), "
+                        f"torch.get_default_dtype())")
     if backend == "torch":  # scalars as 0-d tensors of the arrays' dtype, on their device
-        # (an integer tensor's dtype would make 0.5 a 0: then torch's default float)
-        like = (f", dtype={ref}.dtype if {ref}.is_floating_point() else torch.get_default_dtype(), "
-                f"device={ref}.device") if ref else ""
+        like = f", dtype={dtype}, device={ref}.device" if ref else ""
         for name in param_names:
             if syms[name].shape == SCALAR:
                 p = params[name]
@@ -292,7 +302,7 @@ def function_source(backend: str, fname: str, outputs: list, param_names: list, 
             p = params[name]
             head.append(f"    {p} = {lib}.reshape({p}, {'()' if syms[name].shape == SCALAR else '(-1,)'})")
     body = ["    " + line for line in em.lines]
-    results = [_as_array(backend, r, ref) if codegen.host_number(o) else r for r, o in zip(results, outputs)]
+    results = [_as_array(backend, r, ref, dtype) if codegen.host_number(o) else r for r, o in zip(results, outputs)]
     if given:  # each such gradient takes its argument's shape as given
         results = [f"{lib}.reshape({r}, _shape_{params[n]})" if n in given else r
                    for r, n in zip(results, shaped_like)]
@@ -308,10 +318,11 @@ def function_source(backend: str, fname: str, outputs: list, param_names: list, 
     return helpers + "\n".join(head + body) + "\n", params
 
 
-def _as_array(backend: str, code: str, ref) -> str:
-    """A result that is a number (a constant gradient, a size) as a 0-d array of the framework."""
+def _as_array(backend: str, code: str, ref, dtype=None) -> str:
+    """A result that is a number (a constant gradient, a size) as a 0-d array of the framework
+    (torch: of ``dtype``, the arrays' float dtype)."""
     if backend == "torch":
-        like = f"dtype={ref}.dtype, device={ref}.device" if ref else "dtype=torch.float64"
+        like = f"dtype={dtype or ref + '.dtype'}, device={ref}.device" if ref else "dtype=torch.float64"
         return f"torch.as_tensor({code}, {like})"
     return f"jnp.asarray({code}, dtype={ref}.dtype)" if ref else f"jnp.asarray({code} * 1.0)"
 

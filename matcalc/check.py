@@ -338,7 +338,7 @@ def _gradient_check_at(sizes, value_function, gradient, wrt, user_shapes, symbol
     # λ that only needs X invertible: det X < 0 on every other draw (det > 0 on the others)
     signed = [k for k, v in domains.items() if v == "invertible_signed" and k not in (domain or {})]
     rng = np.random.default_rng(seed)
-    worst, total, note, used, zero_draws = 0.0, 0, "", 0, 0
+    worst, total, note, used, zero_draws, singular = 0.0, 0, "", 0, 0, 0
     for attempt in range(draws + 14):
         if used >= draws:
             break
@@ -360,6 +360,7 @@ def _gradient_check_at(sizes, value_function, gradient, wrt, user_shapes, symbol
                 err, n, msg = finite_difference_check(value_function, gradient, inputs,
                                                       wrt, rng, symmetric=wrt in symmetric)
             except np.linalg.LinAlgError:  # a singular matrix where the gradient inverts it
+                singular += 1
                 continue
         if msg == "zero" and zero_draws < 8:  # all zero here (every relu off?): draw again
             zero_draws += 1
@@ -369,6 +370,7 @@ def _gradient_check_at(sizes, value_function, gradient, wrt, user_shapes, symbol
             msg = "the gradient and the finite differences were zero on every draw"
         note = note or msg
     if used == 0:
-        return CheckReport(False, float("inf"), tol, sizes, domains, 0, 0,
-                           "λ was not finite on any random draw; pass domain={...}")
+        why = ("the gradient met a singular matrix on every draw where λ was finite" if singular
+               else "λ was not finite on any random draw; pass domain={...}")
+        return CheckReport(False, float("inf"), tol, sizes, domains, 0, 0, why)
     return CheckReport(worst <= tol, worst, tol, sizes, domains, total, used, note)

@@ -626,7 +626,7 @@ class _Typer:
         if not self.unify(ca, rb):
             hint = ""
             if self.is_scalar(sa) or self.is_scalar(sb):
-                greek = self.default_scalar_hint(a, b)
+                greek = self.default_scalar_hint(b)  # (X@theta: a column fits; theta@X needs a row)
                 hint = f" (to scale by a scalar use *{'; ' + greek[2:-1] if greek else ''})"
             self.fail(n, f"cannot multiply {self.text(a)} ({self.show(sa)}) @ {self.text(b)} "
                          f"({self.show(sb)}): inner dimensions {ca} and {rb} differ{hint}")

@@ -660,7 +660,8 @@ def stabilize(e: Expr) -> Expr:
     """Rewrite the primal where an equal form has a better derivative or better numerics:
     log(1 + exp(z)) = softplus(z), log σ(z) = -softplus(-z), log(1 - σ(z)) = -softplus(z),
     log sum exp(z) = logsumexp(z), log softmax(x) = x - logsumexp(x), log det X = logdet X,
-    exp(z)/(c + exp(z)) = σ(z − log c) (c > 0), log(exp(z)) = z, norm2(x)**2 = x:x.  Everything else is
+    exp(z)/(c + exp(z)) = σ(z − log c) (c > 0), log(exp(z)) = z, norm2(x)**2 = x:x,
+    logdet(Xᵏ) = k logdet(X), det(Xᵏ) = det(X)ᵏ.  Everything else is
     kept as the user wrote it, so the derivation reads in the user's terms."""
     memo: dict = {}
     for node in ir.walk(e):
@@ -677,6 +678,10 @@ def stabilize(e: Expr) -> Expr:
                 if other.op == "const" and other.shape == SCALAR and other.attr > 0:  # e^z/(c + e^z) = σ(z − log c)
                     z = num.args[0]
                     new = ir.func("sigmoid", z if other.attr == 1.0 else ir.add(z, ir.const(-math.log(other.attr))))
+        elif new.op in ("logdet", "det") and new.args[0].op == "matrix_power":  # log|Xᵏ| = k log|X|
+            X, k = new.args[0].args[0], new.args[0].attr  # (the gradient kX⁻ᵀ, not through (Xᵏ)⁻¹)
+            new = ir.mul(ir.const(float(k)), ir.func("logdet", X)) if new.op == "logdet" else \
+                ir.power(ir.func("det", X), ir.const(float(k)))
         elif new.op == "pow" and new.args[0].op == "norm2" and new.args[1].op == "const" \
                 and new.args[1].attr == 2.0:
             x = new.args[0].args[0]

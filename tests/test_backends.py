@@ -482,3 +482,15 @@ def test_a_backend_function_names_the_argument_whose_shape_does_not_fit(backend)
     fw = to_framework(backend, {"W": np.ones((3, 4)), "x": np.ones(5)})
     with pytest.raises(matcalc.ShapeError, match=r"x has shape \(5,\), but dimension b is 4"):
         d.callable(backend)(**fw)
+
+
+@pytest.mark.skipif("torch" not in INSTALLED, reason="torch not installed")
+def test_torch_scalars_and_new_arrays_take_the_float_dtype_of_the_arguments():
+    # an integer tensor first: the scalar became float32 beside float64 x; a constant gradient 0
+    import torch
+
+    x, k = torch.tensor([.3, .7, 1.1], dtype=torch.float64), torch.tensor([1, 2, 3])
+    g = matcalc.derive("sum(alpha*k*x)", wrt="x").callable("torch")(alpha=0.1, k=k, x=x)
+    assert g.dtype == torch.float64 and torch.equal(g, 0.1 * k.double())
+    g = matcalc.derive("0.5*sum(x)", wrt="x").callable("torch")(x=torch.arange(3))
+    assert g.is_floating_point() and torch.allclose(g, torch.full((3,), 0.5))

@@ -138,3 +138,14 @@ def test_a_gradient_wrong_only_at_the_first_sizes_fails_where_nothing_is_inverte
         np.eye(X.shape[1]) - np.linalg.pinv(X) @ X)  # wrong only where X is wide
     report = d.check()
     assert not report.ok and report.sizes == {"a": 3, "b": 4}
+
+
+def test_a_gradient_that_meets_a_singular_matrix_on_every_draw_says_so():
+    d = matcalc.derive("sum(X)", wrt="X")
+
+    def singular(**kw):
+        raise np.linalg.LinAlgError("Singular matrix")
+
+    d.__dict__["_check_function"] = singular
+    report = d.check()
+    assert not report.ok and "singular matrix on every draw" in report.message

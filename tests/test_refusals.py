@@ -214,3 +214,12 @@ def test_no_matrix_product_note_for_an_entrywise_function_times_a_matrix():
         matcalc.derive("sum(exp(X@W)*G)", wrt="W")
     with pytest.warns(matcalc.NotationWarning, match="entrywise"):
         matcalc.derive("sum(A*B)", wrt="A")
+
+
+def test_hints_never_point_at_the_wrt_or_at_a_fix_that_fails():
+    with pytest.raises(ShapeError) as e:
+        matcalc.derive("alpha*x", wrt="x")  # declaring x, the variable asked about, a number: no
+    assert "x is a vector by the spelling" not in str(e.value)
+    with pytest.raises(ShapeError) as e:
+        matcalc.derive("theta@X:Y", wrt="X")  # a column theta would still not fit on the left of @
+    assert "Greek name" not in str(e.value) and "use *" in str(e.value)

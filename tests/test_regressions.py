@@ -118,3 +118,12 @@ def test_matrix_power_zero_is_the_identity_with_no_differential():
     r = subprocess.run([sys.executable, "-m", "matcalc", "hessian", "C:matrix_power(C, 0)", "--wrt", "C", "--json"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
+
+
+def test_logdet_of_a_matrix_power_is_k_times_logdet():
+    # through inv(matrix_power(A, 64)) the gradient was [[10.81, 4.43], ...]: 64 A⁻ᵀ is exact
+    A = np.array([[3.0, 1.0], [1.0, 1.0]])
+    d = matcalc.derive("logdet(matrix_power(A, 64))", wrt="A")
+    assert np.allclose(d.function(A=A), 64 * np.linalg.inv(A).T)
+    d = matcalc.derive("det(matrix_power(A, 3))", wrt="A")
+    assert np.allclose(d.function(A=A), 3 * np.linalg.det(A) ** 3 * np.linalg.inv(A).T)
