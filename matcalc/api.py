@@ -1,6 +1,7 @@
 """The Python API: ``derive(expr, wrt, shapes=...)`` -> Derivation."""
 from __future__ import annotations
 
+import re
 import warnings
 from functools import cached_property
 
@@ -467,7 +468,8 @@ def _derive_one(expr, typed, wrt, syntax="matcalc", symmetric=(), form=None) -> 
         users = [k for k, v in (typed.definitions or {}).items() if any(s.attr == wrt for s in ir.symbols(v))]
         where = (f"occurs only in the definition of {', '.join(users)}, which the expression does not use"
                  if users else "occurs only where its values do not matter (its size)")
-        raise DeriveError(f"{wrt} {where}: ∂λ/∂{wrt} would be 0", expr, 0, len(expr.rstrip()))
+        at = None if users else re.search(rf"size\(\s*{re.escape(wrt)}\b[^)]*\)", expr)
+        raise DeriveError(f"{wrt} {where}: ∂λ/∂{wrt} would be 0", expr, *(at.span() if at else (0, len(expr.rstrip()))))
     if wrt not in typed.symbols:
         raise not_in_expression(wrt, typed.symbols)
     if symmetric:

@@ -21,7 +21,10 @@ class MatcalcError(Exception):
         return None if self.start is None else self.start + 1
 
     def render(self) -> str:
-        head = f"{self.kind}: {self.message}"
+        message = self.message
+        if len(message) > 600:  # a 10,000-character name echoed: its ends say enough
+            message = message[:400] + " … " + message[-150:]
+        head = f"{self.kind}: {message}"
         head = "".join(ch if ch.isprintable() else " " for ch in head)
         if self.source is None or self.start is None:
             return head

@@ -223,3 +223,12 @@ def test_hints_never_point_at_the_wrt_or_at_a_fix_that_fails():
     with pytest.raises(ShapeError) as e:
         matcalc.derive("theta@X:Y", wrt="X")  # a column theta would still not fit on the left of @
     assert "Greek name" not in str(e.value) and "use *" in str(e.value)
+
+
+def test_the_caret_under_size_and_a_long_name_shortened():
+    with pytest.raises(DeriveError) as e:
+        matcalc.derive("tr(W) + size(X)", wrt="X")
+    assert e.value.column == 9 and e.value.end == 15
+    with pytest.raises(MatcalcError) as e:
+        matcalc.derive("tr(W)" + "x" * 10000, wrt="W")
+    assert len(str(e.value).splitlines()[0]) < 700
