@@ -12,7 +12,7 @@ from .errors import DeriveError, MatcalcError, ShapeError, not_in_expression
 from .function import GradientFunction
 from .parse import parse
 from .naming import DiffName, auto_names, definitions_in_order, shared_names
-from .printing import dim_sources, tex_name
+from .printing import dim_sources, objective_tex, tex_name
 from .printing import to_latex as _to_latex
 from .printing import to_text as _to_text
 from .shapes import typecheck
@@ -50,6 +50,10 @@ class Derivation:
             shared = shared_names([G], taken | set(self._names.values()), self._names)
             self._user_names = {**user_names, **shared}
             self._names.update(shared)
+
+    @property
+    def _lam_tex(self) -> str:
+        return objective_tex(list(self.symbols) + [n for n in self._user_names.values() if isinstance(n, str)])
 
     def _text(self, e, names=None):
         return _to_text(e, names, self._dims)
@@ -149,7 +153,7 @@ class Derivation:
         return f"∂λ/∂{self.wrt} = {self.text}\nshape: {self.shape_text} (the shape of {self.wrt})"
 
     def _repr_latex_(self):
-        return (f"$\\frac{{\\partial \\lambda}}{{\\partial {tex_name(self.wrt)}}} = {self.latex}"
+        return (f"$\\frac{{\\partial {self._lam_tex}}}{{\\partial {tex_name(self.wrt)}}} = {self.latex}"
                 f"\\quad \\text{{shape }} {shape_tex(self.shape)}$")
 
     # ---- the derivation
@@ -201,20 +205,20 @@ class Derivation:
     @cached_property
     def steps_latex(self) -> str:
         """The whole derivation as one LaTeX ``aligned`` block, identities as \\text{}."""
-        rows = [f"\\lambda &= {self._latex(self.lam, self._prim_names())}"]
+        rows = [f"{self._lam_tex} &= {self._latex(self.lam, self._prim_names())}"]
         for name, tex in self._definitions(self._latex):
             rows.append(f"{tex_name(name)} &= {tex}")
         for i, (st, _) in enumerate(self._shown_steps):
-            lhs = "\\mathrm{d}\\lambda &= " if i == 0 else "&= "
+            lhs = f"\\mathrm{{d}}{self._lam_tex} &= " if i == 0 else "&= "
             shown = self._step_names(st)
             note = st.identity_latex or f"\\text{{{_tex_escape(st.identity)}}}"
             rows.append(f"{lhs}{self._latex(st.after, shown)} && {note}")
-        rows.append(f"\\frac{{\\partial \\lambda}}{{\\partial {tex_name(self.wrt)}}} &= {self.short_latex}"
+        rows.append(f"\\frac{{\\partial {self._lam_tex}}}{{\\partial {tex_name(self.wrt)}}} &= {self.short_latex}"
                     f" && \\text{{shape }} {shape_tex(self.shape)}")
         return "\\begin{aligned}\n" + " \\\\\n".join(rows) + "\n\\end{aligned}"
 
     def _repr_markdown_(self):
-        head = (f"$$\\frac{{\\partial \\lambda}}{{\\partial {tex_name(self.wrt)}}} = {self.latex}"
+        head = (f"$$\\frac{{\\partial {self._lam_tex}}}{{\\partial {tex_name(self.wrt)}}} = {self.latex}"
                 f"\\qquad \\text{{shape }} {shape_tex(self.shape)}$$")
         return (head + "\n\n<details><summary>derivation</summary>\n\n$$" + self.steps_latex
                 + "$$\n\n</details>\n")

@@ -337,6 +337,7 @@ def json_object(d, report=None, exact=None, backend: str = "numpy") -> dict:
     if backend != "numpy":
         obj[f"{backend}_source"] = d.source(backend)
     obj.setdefault("wrt_latex", tex_name(d.wrt))
+    obj.setdefault("objective_latex", d._lam_tex)
     obj.setdefault("short_latex", d.short_latex)
     obj.setdefault("definitions_latex", d.short_definitions(latex=True))
     obj.setdefault("steps_latex", d.steps_latex)

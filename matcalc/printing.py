@@ -238,6 +238,12 @@ def tex_name(name: str) -> str:
     return base_tex
 
 
+def objective_tex(names) -> str:
+    """The LaTeX of the objective: λ, or ℓ where a symbol of the question typesets as λ itself
+    (a ridge penalty named lambda): ∂λ/∂w beside a λ w term would read as one quantity."""
+    return "\\ell" if any(tex_name(n) == "\\lambda" for n in names) else "\\lambda"
+
+
 class LatexPrinter(TextPrinter):
     """Expr -> LaTeX (juxtaposition for products, ∘ for Hadamard, ^\\top for transpose)."""
 

@@ -276,3 +276,12 @@ def test_every_definition_comes_after_the_names_it_uses(expr, wrt, lets):
             seen.add(name)
     short_used = {n for n in _re.findall(r"[A-Za-z_]\w*", d.short_text) if n in d.definitions}
     assert short_used <= set(d.short_definitions())
+
+
+def test_the_objective_is_ell_in_latex_where_a_variable_is_lambda():
+    d = matcalc.derive("norm2(X@w-y)**2 + lambda*w:w", wrt="w")
+    assert "\\partial \\ell" in d._repr_latex_() and d.steps_latex.split("\n")[1].startswith("\\ell &=")
+    assert "\\lambda w" in d.latex  # the variable keeps its letter
+    assert "\\partial \\lambda" in matcalc.derive("x:x", wrt="x")._repr_latex_()
+    h = matcalc.hessian("lambda*w:w", "w")
+    assert "\\mathrm{d}^2\\ell" in h.steps_latex

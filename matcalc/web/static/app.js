@@ -215,7 +215,7 @@
   }
 
   function renderGradient(card, obj) {
-    const lhs = `\\frac{\\partial \\lambda}{\\partial ${obj.wrt_latex || obj.wrt}}`;
+    const lhs = `\\frac{\\partial ${obj.objective_latex || "\\lambda"}}{\\partial ${obj.wrt_latex || obj.wrt}}`;
     tex(card.querySelector(".result"), `${lhs} = ${obj.latex}`);
     if (obj.short_gradient && obj.short_gradient !== obj.gradient) {
       const where = Object.entries(obj.definitions_latex || {}).map(([k, v]) => `${k} = ${v}`).join(",\\; ");
