@@ -36,6 +36,8 @@ class CheckReport:
         verdict = "ok" if self.ok else "FAILED"
         sizes = ("sizes " + ", ".join(f"{k}={v}" for k, v in self.sizes.items()) if self.sizes
                  else "the declared sizes")  # (every dimension given as a number)
+        if not self.ok and self.entries_checked == 0:  # nothing compared: not a failure of G
+            return f"check cannot be made ({sizes}): {self.message}"
         return (f"check {verdict}: max relative error {self.max_rel_error:.2e} "
                 f"(tolerance {self.tolerance:.0e}) over {self.entries_checked} finite differences, "
                 f"{self.draws} random draws, {sizes}" + (f"; {self.message}" if self.message else ""))
@@ -90,11 +92,11 @@ def infer_domains(expr: ir.Expr, symbols: dict) -> dict:
             sensitive = node.args[1]
         if sensitive is not None:
             positive.update(s.attr for s in ir.symbols(sensitive))
-        if need == "invertible":
-            for s in ir.symbols(node.args[0]):
+        if need == "invertible":  # (a factor of a product, A in inv(A@B): Gaussian, as all-positive
+            for s in ir.symbols(node.args[0]):  # factors make A@B nearly rank one)
                 if s.shape[0] == s.shape[1] and s.shape != ir.SCALAR:
                     spd.add(s.attr)
-                else:
+                elif s.shape == ir.SCALAR:
                     positive.add(s.attr)
     out = {}
     for name, s in symbols.items():

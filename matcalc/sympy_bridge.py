@@ -554,6 +554,8 @@ def _report_class():
             if self.ok:
                 return (f"exact check ok: {self.entries_checked} entries equal the derivative of λ "
                         f"(SymPy, sizes {sizes}; decided: {self.message})")
+            if self.entries_checked == 0:
+                return f"exact check cannot be made (SymPy, sizes {sizes}): {self.message}"
             return f"exact check FAILED (SymPy, sizes {sizes}): {self.message}"
 
         def to_dict(self):

@@ -149,3 +149,16 @@ def test_a_gradient_that_meets_a_singular_matrix_on_every_draw_says_so():
     d.__dict__["_check_function"] = singular
     report = d.check()
     assert not report.ok and "singular matrix on every draw" in report.message
+
+
+@pytest.mark.parametrize("expr, wrt", [("det(matrix_power(A@B, 5))", "A"), ("logdet(A@sign(B))", "A"),
+                                       ("tr(inv(A@sign(B)))", "A")])
+def test_factors_of_a_product_under_an_inverse_are_drawn_gaussian(expr, wrt):
+    # all-positive factors make A@B nearly rank one: a false FAIL, or no finite draw at all
+    report = matcalc.derive(expr, wrt=wrt).check()
+    assert report.ok, str(report)
+
+
+def test_a_check_that_compares_nothing_says_it_cannot_be_made():
+    report = matcalc.derive("det(x@x.T)", wrt="x").check()  # det(xxᵀ) is 0 for every x
+    assert not report.ok and str(report).startswith("check cannot be made")
