@@ -116,15 +116,18 @@ def _s_add(terms) -> Expr:
         return shorter
     total = 0.0
     coeffs: dict = {}
+    shown: dict = {}  # a term's like-key -> the form it was first written in
     for t in flat:
         c, core = split_coeff(t)
         if core is None:
             total += c
         else:
-            coeffs[core] = coeffs.get(core, 0.0) + c
+            key = _like_key(core)
+            shown.setdefault(key, core)
+            coeffs[key] = coeffs.get(key, 0.0) + c
     if not math.isfinite(total) or not all(math.isfinite(c) for c in coeffs.values()):
         return Expr("add", tuple(flat), None, shape)  # an overflow: leave the sum alone
-    items = [(core, c) for core, c in coeffs.items() if c != 0.0]
+    items = [(shown[key], c) for key, c in coeffs.items() if c != 0.0]
     if not items:
         return const(total, shape)
     full = any(core.shape == shape for core, _ in items)
@@ -143,6 +146,21 @@ def _s_add(terms) -> Expr:
     if len(out) == 1:
         return out[0]
     return Expr("add", tuple(out), None, ir._broadcast([t.shape for t in out]))
+
+
+def _like_key(core: Expr) -> Expr:
+    """What like terms share: (AB)ᵀ and BᵀAᵀ are one term (tr(X³)'s gradient collects to
+    3(X²)ᵀ), and Xᵏ is X X for k = 2."""
+    if core.op == "T" and core.args[0].op == "matmul":
+        x, y = core.args[0].args
+        return Expr("matmul", (_like_key(s_T(y)), _like_key(s_T(x))), None, core.shape)
+    if core.op == "T" and core.args[0].op == "matrix_power" and core.args[0].attr == 2:
+        x = s_T(core.args[0].args[0])
+        return Expr("matmul", (x, x), None, core.shape)
+    if core.op == "matrix_power" and core.attr == 2:
+        x = core.args[0]
+        return Expr("matmul", (x, x), None, core.shape)
+    return core
 
 
 def _open_brackets(flat, shape):

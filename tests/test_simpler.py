@@ -137,3 +137,12 @@ def test_trial_rewrites_of_nested_sums_stay_linear(monkeypatch):
         return count[0]
 
     assert calls(10) < 3 * calls(5)  # was 16× (637 calls at depth 6, 10,701 at 10)
+
+
+@pytest.mark.parametrize("expr, text", [("tr(X@X@X)", "3*(X@X).T"), ("tr(matrix_power(X, 3))", "3*matrix_power(X, 2).T")])
+def test_transposed_products_collect_as_like_terms(expr, text):
+    # (X@X).T + 2*X.T@X.T: one term, 3(X²)ᵀ, the textbook gradient of tr(X³)
+    d = matcalc.derive(expr, wrt="X")
+    assert d.text == text
+    X = np.random.default_rng(5).standard_normal((4, 4))
+    assert np.allclose(d.function(X=X), 3 * (X @ X).T)
