@@ -58,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the framework of --code (default numpy; torch and jax use only their own ops)")
     d.add_argument("--check", action="store_true", help="check against finite differences (exit 1 if it fails)")
     d.add_argument("--exact", action="store_true",
-                   help="verify the gradient entry by entry with SymPy at small sizes (exit 1 if it fails)")
+                   help="verify the gradient entry by entry with SymPy at small sizes (exit 1 if it fails; "
+                        f"2 if SymPy has not decided in {EXACT_SECONDS} s)")
     d.add_argument("--json", action="store_true", help="print one JSON object per --wrt")
     s = sub.add_parser("serve", help="a local web page: type an expression, read the derivation",
                        description="Serve matcalc's page on this machine (needs the web extra: "
@@ -141,6 +142,36 @@ def _protect_leading_minus(argv):
             return argv, None  # the expression is already a plain positional argument
         i += 1
     return argv, None
+
+
+EXACT_SECONDS = 120  # SymPy's symbolic inverse of a large nest can run for hours
+
+
+def _within(seconds: int, run):
+    """run(), or a refusal once it has run ``seconds`` (a SIGALRM timer: the CLI's main thread,
+    where there is one; SymPy is Python, so the interruption comes at its next bytecode)."""
+    import signal
+
+    from .errors import DeriveError
+
+    if not hasattr(signal, "setitimer"):
+        return run()
+
+    class Late(BaseException):  # (not an Exception: SymPy's own except clauses let it through)
+        pass
+
+    def stop(signum, frame):
+        raise Late
+
+    old = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        return run()
+    except Late:
+        raise DeriveError(f"SymPy has not decided in {seconds} s; the numerical check (--check) is fast") from None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
 
 
 def check_status(report) -> int:
@@ -271,7 +302,7 @@ def run(argv=None) -> int:
     for w, d in results.items():
         try:
             report = d.check() if args.check else None
-            exact = d.check(exact=True) if args.exact else None
+            exact = _within(EXACT_SECONDS, lambda: d.check(exact=True)) if args.exact else None
         except MatcalcError as e:  # arrays too large for memory, an operation SymPy has no form for
             print(f"matcalc: the check cannot be made: {e}", file=sys.stderr)
             return EXIT_REFUSED

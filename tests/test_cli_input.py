@@ -169,3 +169,12 @@ def test_a_check_that_cannot_be_made_exits_2():
     r = subprocess.run([sys.executable, "-m", "matcalc", "derive", "sum(B)*sum(Diag(u)**-2)", "--wrt", "B",
                         "--exact"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "not finite for any value" in r.stdout, r.stdout + r.stderr
+
+
+def test_an_exact_check_that_sympy_does_not_decide_in_time_exits_2(monkeypatch, capsys):
+    from matcalc import cli
+
+    monkeypatch.setattr(cli, "EXACT_SECONDS", 1)  # (this one takes SymPy about 30 s)
+    with pytest.raises(SystemExit) as e:
+        cli.main(["derive", "-norm2(sigmoid(softmax(A, 1).T))", "--wrt", "A", "--shape", "A=3,b", "--exact"])
+    assert e.value.code == 2 and "has not decided in 1 s" in capsys.readouterr().err
