@@ -127,6 +127,10 @@ def _s_add(terms) -> Expr:
             coeffs[key] = coeffs.get(key, 0.0) + c
     if not math.isfinite(total) or not all(math.isfinite(c) for c in coeffs.values()):
         return Expr("add", tuple(flat), None, shape)  # an overflow: leave the sum alone
+    ones = next((key for key in coeffs if key.op == "const" and key.attr == 1.0 and key.shape == shape), None)
+    if ones is not None and total != 0.0:  # 1 - 1 of a number and an array of ones: one array
+        coeffs[ones] += total
+        total = 0.0
     items = [(shown[key], c) for key, c in coeffs.items() if c != 0.0]
     if not items:
         return const(total, shape)

@@ -146,3 +146,10 @@ def test_transposed_products_collect_as_like_terms(expr, text):
     assert d.text == text
     X = np.random.default_rng(5).standard_normal((4, 4))
     assert np.allclose(d.function(X=X), 3 * (X @ X).T)
+
+
+def test_a_number_and_an_array_of_ones_in_one_sum_fold():
+    # sum(x - mean(x)) has gradient 1 - 1: a number and an array of ones that printed apart
+    d = matcalc.derive("sum(x - mean(x))", wrt="x")
+    assert d.text == "0"
+    assert np.allclose(d.function(x=np.arange(4.0)), 0)
