@@ -300,6 +300,13 @@ def s_mul(*fs: Expr) -> Expr:
             denominators.append(d0)
         else:
             rest.append(f)
+    for f in list(rest):  # (its number of entries)∘mean(X) = sum(X)
+        if f.op == "mean" and f.attr is None:
+            dims = [g for g in factors(count(f.args[0].shape)) if g.op == "dim"]
+            if dims and all(rest.count(g) >= dims.count(g) for g in dims):
+                for g in dims:
+                    rest.remove(g)
+                rest[rest.index(f)] = s_func("sum", f.args[0])
     for f in list(rest):  # sign(u)∘u = |u| (log|det X|'s derivative: sign(d) d / |d|)
         if f.op == "sign" and f.args[0] in rest and f.args[0].shape == f.shape:
             rest.remove(f)
@@ -602,6 +609,11 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
         if a.op == "div" and a.args[1].shape == SCALAR and (name in ("sum", "tr", "mean")
                                                             or a.args[0].op == "const"):
             return s_div(s_func(name, a.args[0], attr=attr), a.args[1])
+    if a.op == "add" and name == "sum" and attr is None:  # linear: where terms then cancel
+        split = s_add(*[s_func(name, t if t.shape == a.shape else s_mul(t, const(1.0, a.shape)))
+                        for t in a.args])  # (sum(x - mean(x)) = 0; a broadcast term counts n times)
+        if ir.tree_size(split) < ir.tree_size(a):
+            return split
     if a.op == "eye" and name in ("sum", "tr", "mean"):  # sum(I) = tr(I) = n, mean(I) = 1/n
         n = count((a.shape[0], 1))
         if attr is not None:

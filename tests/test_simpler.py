@@ -153,3 +153,16 @@ def test_a_number_and_an_array_of_ones_in_one_sum_fold():
     d = matcalc.derive("sum(x - mean(x))", wrt="x")
     assert d.text == "0"
     assert np.allclose(d.function(x=np.arange(4.0)), 0)
+
+
+@pytest.mark.parametrize("expr, wrt, text, closed", [
+    ("sum((x-mean(x))**2)", "x", "2*(x - mean(x))", lambda x: 2 * (x - x.mean())),
+    ("mean((x-mean(x))**2)", "x", "2*(x - mean(x))/size(x, 0)", lambda x: 2 * (x - x.mean()) / x.size),
+    ("sum((X-mean(X))**2)", "X", "2*(X - mean(X))", lambda x: 2 * (x - x.mean())),
+])
+def test_the_variance_gradient_reads_as_the_textbook(expr, wrt, text, closed):
+    # was 2*(x - mean(x) - sum(x - mean(x))*1/size(x, 0)): sum(x - mean(x)) is 0
+    d = matcalc.derive(expr, wrt=wrt)
+    assert d.text == text
+    v = np.random.default_rng(7).standard_normal((3, 4) if wrt == "X" else 5)
+    assert np.allclose(d.function(**{wrt: v}), closed(v))
