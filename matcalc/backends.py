@@ -278,14 +278,13 @@ def function_source(backend: str, fname: str, outputs: list, param_names: list, 
     if backend == "torch" and ref:  # the arrays' float dtype (an integer tensor's would make 0.5 a 0)
         arrays = [params[n] for n in param_names if syms[n].shape != SCALAR]
         dtype = "_dtype"
-        uses = any(syms[n].shape == SCALAR for n in param_names) or any(
-            "_dtype" in line for line in em.lines) or any("_dtype" in r for r in results) or any(
-            codegen.host_number(o) for o in outputs)
-        if uses and len(arrays) == 1:
+        if len(arrays) == 1:
             head.append(f"    _dtype = {ref}.dtype if {ref}.is_floating_point() else torch.get_default_dtype()")
-        elif uses:
+        else:
             head.append(f"    _dtype = next((t.dtype for t in ({', '.join(arrays)}) if t.is_floating_point()), "
                         f"torch.get_default_dtype())")
+        # integer arrays (class labels) as floats: x@k of a float x and an integer k is an error in torch
+        head.extend(f"    {a} = {a} if {a}.is_floating_point() else {a}.to(_dtype)" for a in arrays)
     if backend == "torch":  # scalars as 0-d tensors of the arrays' dtype, on their device
         like = f", dtype={dtype}, device={ref}.device" if ref else ""
         for name in param_names:

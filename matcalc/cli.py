@@ -213,10 +213,11 @@ def parse_at(items) -> dict:
 
 
 def _depth(text: str) -> int:
-    """How deep the brackets of a JSON value nest (outside strings, which --at never has)."""
+    """How deep the brackets and braces of a JSON value nest (outside strings, which a value of
+    --at never has)."""
     deepest = level = 0
     for ch in text:
-        level += (ch == "[") - (ch == "]")
+        level += (ch in "[{") - (ch in "]}")
         deepest = max(deepest, level)
     return deepest
 

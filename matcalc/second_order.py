@@ -855,6 +855,8 @@ def _check_at(m: _LinearMap, seed, tol, draws, domain, sizes):
         with np.errstate(all="ignore"):
             try:
                 base = np.asarray(f(**inputs), dtype=float)
+                if m.kind == "hessian":  # λ itself finite too (log(-exp(x)) has a finite gradient)
+                    base = np.append(base, m.derivation.value_function(**inputs))
             except (np.linalg.LinAlgError, ValueError):
                 continue
         if not np.all(np.isfinite(base)):
@@ -1002,7 +1004,7 @@ def hessian(expr: str, wrt, shapes: dict | None = None, definitions: dict | None
         raise ShapeError(f"a Hessian needs a scalar λ, but the expression is {ir.describe(typed.expr.shape)}: "
                          "use jacobian (matcalc jacobian) for the derivative of an array-valued F, "
                          "or make a scalar with sum(...) or G:(...)"
-                         f"{_scalar_hint(expr, typed, shapes, definitions, syntax, ())}",
+                         f"{_scalar_hint(expr, typed, shapes, definitions, syntax, (), tuple(wrt) if isinstance(wrt, (list, tuple)) else (wrt,))}",
                          expr, 0, len(expr.rstrip()))
     names = list(wrt) if isinstance(wrt, (list, tuple)) else [wrt]
     if not names:

@@ -164,6 +164,10 @@ def _like_key(core: Expr) -> Expr:
     if core.op == "matrix_power" and core.attr == 2:
         x = core.args[0]
         return Expr("matmul", (x, x), None, core.shape)
+    if core.op == "pow" and core.args[1].op == "const" and core.args[1].attr < 0:  # Y**-1 and 1/Y
+        b, k = core.args[0], -core.args[1].attr
+        return Expr("div", (const(1.0), b if k == 1.0 else Expr("pow", (b, const(k)), None, b.shape)), None,
+                    core.shape)
     return core
 
 
@@ -516,7 +520,7 @@ def _cancel_quotient(c, rest, denominators):
             if f.op == "const" and f.shape == SCALAR and f.attr != 0.0 and c / f.attr == round(c / f.attr, 6):
                 c /= f.attr  # (a number that stays short: 4/4, 1/2; 1/3 stays a division by 3)
             elif f.op == "const" and f.shape == SCALAR and float(c).is_integer() and float(f.attr).is_integer():
-                g = math.gcd(int(c), int(f.attr))  # -3/9 = -1/3
+                g = math.gcd(int(c), int(f.attr)) * (1 if f.attr > 0 else -1)  # -3/9 = -1/3, 3/-9 = -1/3
                 c /= g
                 if f.attr != g:
                     dens.append(const(f.attr / g))
@@ -686,8 +690,28 @@ def _stable_log(a: Expr):
     if a.op == "frob" and a.args[1].op == "const" and a.args[1].attr == 1.0 and a.args[0].op == "exp":
         return ir.func("logsumexp", a.args[0].args[0])
     if a.op == "det":  # log det X = logdet X
-        return ir.func("logdet", a.args[0])
+        return _logdet(a.args[0])
+    if a.op == "pow" and a.args[0].op == "det" and a.args[1].op == "const":  # log(det(X)ᵏ) = k logdet X
+        return ir.mul(ir.const(a.args[1].attr), _logdet(a.args[0].args[0]))
     return None
+
+
+def _logdet(X: Expr) -> Expr:
+    """logdet X written through its factors: log|Xᵀ| = log|X|, log|X⁻¹| = −log|X|, log|Xᵏ| =
+    k log|X|, log|AB| = log|A| + log|B| (A, B square), log|cX| = n log|c| + log|X|.  The
+    gradient then never inverts a power (X⁶⁴)⁻¹, which loses every digit."""
+    if X.op == "T":
+        return _logdet(X.args[0])
+    if X.op == "inv":
+        return ir.neg(_logdet(X.args[0]))
+    if X.op == "matrix_power":
+        return ir.mul(ir.const(float(X.attr)), _logdet(X.args[0]))
+    if X.op == "matmul" and all(f.shape[0] == f.shape[1] for f in X.args):
+        return ir.add(*[_logdet(f) for f in X.args])
+    if X.op == "mul" and len(X.args) == 2 and X.args[0].shape == SCALAR and X.args[1].shape == X.shape:
+        c, Y = X.args
+        return ir.add(ir.mul(count((X.shape[0], 1)), ir.func("log", ir.func("abs", c))), _logdet(Y))
+    return ir.func("logdet", X)
 
 
 def stabilize(e: Expr) -> Expr:
@@ -712,10 +736,11 @@ def stabilize(e: Expr) -> Expr:
                 if other.op == "const" and other.shape == SCALAR and other.attr > 0:  # e^z/(c + e^z) = σ(z − log c)
                     z = num.args[0]
                     new = ir.func("sigmoid", z if other.attr == 1.0 else ir.add(z, ir.const(-math.log(other.attr))))
-        elif new.op in ("logdet", "det") and new.args[0].op == "matrix_power":  # log|Xᵏ| = k log|X|
-            X, k = new.args[0].args[0], new.args[0].attr  # (the gradient kX⁻ᵀ, not through (Xᵏ)⁻¹)
-            new = ir.mul(ir.const(float(k)), ir.func("logdet", X)) if new.op == "logdet" else \
-                ir.power(ir.func("det", X), ir.const(float(k)))
+        elif new.op == "logdet":  # log|Xᵏ| = k log|X|, log|Xᵀ| = log|X|, … (_logdet)
+            new = _logdet(new.args[0])
+        elif new.op == "det" and new.args[0].op == "matrix_power":  # det(Xᵏ) = det(X)ᵏ
+            X, k = new.args[0].args[0], new.args[0].attr
+            new = ir.power(ir.func("det", X), ir.const(float(k)))
         elif new.op == "pow" and new.args[0].op == "norm2" and new.args[1].op == "const" \
                 and new.args[1].attr == 2.0:
             x = new.args[0].args[0]

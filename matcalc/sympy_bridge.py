@@ -666,8 +666,13 @@ def exact_check(d, seed: int = 0, sizes: dict | None = None, domain: dict | None
                                                       real=True))
             entries[name] = list(v)
         values[name] = v
-    lam = to_explicit(d.lam, values, chosen)
-    G = to_explicit(d.gradient, values, chosen)
+    try:
+        lam = to_explicit(d.lam, values, chosen)
+        G = to_explicit(d.gradient, values, chosen)
+    except sp.matrices.exceptions.NonInvertibleMatrixError:  # det(x@x.T): singular for every x
+        return ExactReport(False, float("inf"), 0.0, chosen, domains, 0, 0,
+                           "a matrix that λ or its gradient inverts is singular for every value "
+                           "(SymPy: det = 0) at these sizes")
     W = values[d.wrt]
     Gm = G if _is_matrix(G) else sp.Matrix([[G]])
     Wm = W if _is_matrix(W) else sp.Matrix([[W]])

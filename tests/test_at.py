@@ -75,3 +75,10 @@ def test_at_values_nested_deeper_than_a_matrix_are_refused(depth):
     r = subprocess.run([sys.executable, "-m", "matcalc", "derive", "sum(W)", "--wrt", "W", "--at", f"W={value}"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and f"nests lists {depth} deep" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_at_values_of_nested_objects_are_refused_too():
+    value = '{"":' * 3000 + "1" + "}" * 3000  # (RecursionError in JSON, exit 3)
+    r = subprocess.run([sys.executable, "-m", "matcalc", "derive", "sum(x)", "--wrt", "x", "--at", f"x={value}"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "Traceback" not in r.stderr

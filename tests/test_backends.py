@@ -494,3 +494,14 @@ def test_torch_scalars_and_new_arrays_take_the_float_dtype_of_the_arguments():
     assert g.dtype == torch.float64 and torch.equal(g, 0.1 * k.double())
     g = matcalc.derive("0.5*sum(x)", wrt="x").callable("torch")(x=torch.arange(3))
     assert g.is_floating_point() and torch.allclose(g, torch.full((3,), 0.5))
+
+
+@pytest.mark.skipif("torch" not in INSTALLED, reason="torch not installed")
+def test_torch_integer_arrays_beside_float_ones():
+    # sum(k*x) is emitted as x@k: torch refuses a dot of float64 and int64 tensors
+    import torch
+
+    k, x = torch.tensor([1, 2, 3]), torch.tensor([.3, .7, 1.1], dtype=torch.float64)
+    assert torch.isclose(matcalc.derive("sum(alpha*k*x)", "alpha").callable("torch")(alpha=0.1, k=k, x=x),
+                         torch.tensor(5.0, dtype=torch.float64))
+    assert torch.isclose(matcalc.op("sum(alpha*k*x)")(alpha=0.1, k=k, x=x), torch.tensor(0.5, dtype=torch.float64))

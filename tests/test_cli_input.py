@@ -178,3 +178,9 @@ def test_an_exact_check_that_sympy_does_not_decide_in_time_exits_2(monkeypatch, 
     with pytest.raises(SystemExit) as e:
         cli.main(["derive", "-norm2(sigmoid(softmax(A, 1).T))", "--wrt", "A", "--shape", "A=3,b", "--exact"])
     assert e.value.code == 2 and "has not decided in 1 s" in capsys.readouterr().err
+
+
+def test_an_exact_check_through_a_matrix_singular_everywhere_cannot_be_made():
+    r = subprocess.run([sys.executable, "-m", "matcalc", "derive", "det(x@x.T)", "--wrt", "x", "--exact"],
+                       capture_output=True, text=True, timeout=120)  # (NonInvertibleMatrixError, exit 3)
+    assert r.returncode == 2 and "singular for every value" in r.stdout, r.stdout + r.stderr

@@ -598,3 +598,15 @@ def test_products_take_rows_squeezed_and_one_by_one_arguments_as_given():
     got = h.hvp(np.full((1, 1), 1.5), X=np.full((1, 1), 2.0))
     assert isinstance(got, np.ndarray) and got.shape == (1, 1) and got[0, 0] == 3.0
     assert h.hvp(1.5, X=2.0) == 3.0
+
+
+def test_a_hessian_check_needs_lambda_finite_too():
+    # log(-exp(x)) is NaN everywhere, its gradient 1 is finite: the check said ok
+    report = matcalc.hessian("sum(log(-exp(x)))", "x").check()
+    assert not report.ok and report.entries_checked == 0
+
+
+def test_the_hessians_scalar_hint_skips_the_wrt():
+    with pytest.raises(matcalc.ShapeError) as e:
+        matcalc.hessian("alpha*x", "x")
+    assert "x is a vector by the spelling" not in str(e.value)

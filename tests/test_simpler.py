@@ -166,3 +166,22 @@ def test_the_variance_gradient_reads_as_the_textbook(expr, wrt, text, closed):
     assert d.text == text
     v = np.random.default_rng(7).standard_normal((3, 4) if wrt == "X" else 5)
     assert np.allclose(d.function(**{wrt: v}), closed(v))
+
+
+@pytest.mark.parametrize("expr, wrt, text", [
+    ("sum(-3*x/(-9*y))", "x", "1/(3*y)"), ("sum(3*x/(-9*y))", "x", "-1/(3*y)"),  # was -1/(-3*y)
+    ("sum(x**-2 + 1/x**2)", "x", "-4/x**3"),  # x**-2 and 1/x**2 are like terms
+])
+def test_quotient_signs_and_negative_powers(expr, wrt, text):
+    d = matcalc.derive(expr, wrt=wrt)
+    assert d.text == text and d.check().ok
+
+
+def test_logdet_through_transposes_inverses_scalars_and_matlab_powers():
+    A = np.array([[3.0, 1.0], [1.0, 1.0]])
+    want = 64 * np.linalg.inv(A).T  # through (A⁶⁴)⁻¹ every digit was wrong
+    for expr, sign in [("logdet(matrix_power(A, 64).T)", 1), ("logdet(2*matrix_power(A, 64))", 1),
+                       ("logdet(inv(matrix_power(A, 64)))", -1)]:
+        assert np.allclose(matcalc.derive(expr, "A").function(A=A), sign * want)
+    d = matcalc.derive("log(det(A^20))", "A", syntax="matlab")
+    assert np.allclose(d.function(A=A), 20 * np.linalg.inv(A).T)
