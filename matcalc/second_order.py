@@ -1001,10 +1001,12 @@ def hessian(expr: str, wrt, shapes: dict | None = None, definitions: dict | None
     definitions = definitions if definitions is not None else where
     typed = _typed_any(expr, shapes, definitions, syntax)
     if typed.expr.shape != ir.SCALAR:
+        scalar = "sum(...) or G:(...)" if syntax == "matcalc" else "sum(...), x'*y or trace(...)"
+        asked = tuple(wrt) if isinstance(wrt, (list, tuple)) else (wrt,)
         raise ShapeError(f"a Hessian needs a scalar λ, but the expression is {ir.describe(typed.expr.shape)}: "
-                         "use jacobian (matcalc jacobian) for the derivative of an array-valued F, "
-                         "or make a scalar with sum(...) or G:(...)"
-                         f"{_scalar_hint(expr, typed, shapes, definitions, syntax, (), tuple(wrt) if isinstance(wrt, (list, tuple)) else (wrt,))}",
+                         f"use jacobian (matcalc jacobian) for the derivative of an array-valued F, "
+                         f"or make a scalar with {scalar}"
+                         f"{_scalar_hint(expr, typed, shapes, definitions, syntax, (), asked)}",
                          expr, 0, len(expr.rstrip()))
     names = list(wrt) if isinstance(wrt, (list, tuple)) else [wrt]
     if not names:
