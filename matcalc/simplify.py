@@ -306,8 +306,8 @@ def s_mul(*fs: Expr) -> Expr:
             rest.append(f)
     for f in list(rest):  # (its number of entries)∘mean(X) = sum(X)
         if f.op == "mean" and f.attr is None:
-            dims = [g for g in factors(count(f.args[0].shape)) if g.op == "dim"]
-            if dims and all(rest.count(g) >= dims.count(g) for g in dims):
+            dims = factors(count(f.args[0].shape))  # (a size declared as a number is a const: left alone)
+            if all(g.op == "dim" for g in dims) and all(rest.count(g) >= dims.count(g) for g in dims):
                 for g in dims:
                     rest.remove(g)
                 rest[rest.index(f)] = s_func("sum", f.args[0])

@@ -185,3 +185,13 @@ def test_logdet_through_transposes_inverses_scalars_and_matlab_powers():
         assert np.allclose(matcalc.derive(expr, "A").function(A=A), sign * want)
     d = matcalc.derive("log(det(A^20))", "A", syntax="matlab")
     assert np.allclose(d.function(A=A), 20 * np.linalg.inv(A).T)
+
+
+def test_n_times_mean_is_sum_only_where_n_is_all_the_entries():
+    # X declared (3, n): n·mean(X) is sum(X)/3, not sum(X) (the rule kept only the symbolic n)
+    X = np.random.default_rng(0).standard_normal((3, 4))
+    d = matcalc.derive("size(X,1)*mean(X)*alpha", wrt="alpha", shapes={"X": (3, "n")})
+    assert np.isclose(d.function(X=X, alpha=2.0), X.sum() / 3)
+    assert np.isclose(d.value_function(X=X, alpha=2.0), 2 * X.sum() / 3)
+    d = matcalc.derive("sum((X - mean(X))**2)", wrt="X", shapes={"X": (3, "n")})
+    assert np.allclose(d.function(X=X), 2 * (X - X.mean()))
