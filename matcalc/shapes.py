@@ -541,7 +541,7 @@ class _Typer:
         if b.kind == "num" and not self.is_scalar(sa):
             self.special[id(b)] = sa
             return (1, 1)
-        for side, other, s_other in ((a, b, sb), (b, a, sa)):
+        for side, s_other in ((a, sb), (b, sa)):
             one = self.scaled_one(side)
             if one is not None and not self.is_scalar(s_other):  # alpha*1:dp, 1/n:dW
                 self.special[id(one)] = s_other
