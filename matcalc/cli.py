@@ -154,7 +154,9 @@ def _within(seconds: int, run):
 
     from .errors import DeriveError
 
-    if not hasattr(signal, "setitimer"):
+    import threading
+
+    if not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
         return run()
 
     class Late(BaseException):  # (not an Exception: SymPy's own except clauses let it through)
