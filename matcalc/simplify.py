@@ -155,15 +155,14 @@ def _s_add(terms) -> Expr:
 def _like_key(core: Expr) -> Expr:
     """What like terms share: (AB)ᵀ and BᵀAᵀ are one term (tr(X³)'s gradient collects to
     3(X²)ᵀ), and Xᵏ is X X for k = 2."""
-    if core.op == "T" and core.args[0].op == "matmul":
-        x, y = core.args[0].args
-        return Expr("matmul", (_like_key(s_T(y)), _like_key(s_T(x))), None, core.shape)
-    if core.op == "T" and core.args[0].op == "matrix_power" and core.args[0].attr == 2:
-        x = s_T(core.args[0].args[0])
-        return Expr("matmul", (x, x), None, core.shape)
     if core.op == "matrix_power" and core.attr == 2:
         x = core.args[0]
         return Expr("matmul", (x, x), None, core.shape)
+    if core.op == "T":
+        inner = _like_key(core.args[0])
+        if inner.op == "matmul":
+            x, y = inner.args
+            return Expr("matmul", (_like_key(s_T(y)), _like_key(s_T(x))), None, core.shape)
     if core.op == "pow" and core.args[1].op == "const" and core.args[1].attr < 0:  # Y**-1 and 1/Y
         b, k = core.args[0], -core.args[1].attr
         return Expr("div", (const(1.0), b if k == 1.0 else Expr("pow", (b, const(k)), None, b.shape)), None,
@@ -187,10 +186,7 @@ def _open_brackets(flat, shape):
     # gets shorter, and trying would redo every bracket nested inside: exponential)
     if not inside or len(set(inside) | set(outside)) == len(inside) + len(outside):
         return None
-    out = _s_add(opened)
-    if out.shape != shape or ir.tree_size(out) >= ir.tree_size(Expr("add", tuple(flat), None, shape)):
-        return None
-    return out
+    return _if_shorter(opened, flat, shape)
 
 
 def _complementary_sigmoids(flat, shape):
@@ -222,6 +218,11 @@ def _complementary_sigmoids(flat, shape):
             return None
         for pick in itertools.product(*choices):
             terms.append(s_mul(*pick))
+    return _if_shorter(terms, flat, shape)
+
+
+def _if_shorter(terms, flat, shape):
+    """The sum of terms (an equal rewriting of the sum of flat) if it is shorter, else None."""
     out = _s_add(terms)
     if out.shape != shape or ir.tree_size(out) >= ir.tree_size(Expr("add", tuple(flat), None, shape)):
         return None
@@ -315,27 +316,15 @@ def s_mul(*fs: Expr) -> Expr:
         if f.op == "sign" and f.args[0] in rest and f.args[0].shape == f.shape:
             rest.remove(f)
             rest[rest.index(f.args[0])] = s_func("abs", f.args[0])
-    if denominators and c != 0.0:
+    if denominators and c != 0.0:  # x∘y⊘x = y, 4x⊘(4y) = x⊘y, x⊘x³ = 1⊘x²
         c, rest, denominators = _cancel_quotient(c, rest, denominators)
     if denominators and c != 0.0:
-        for d in list(denominators):  # x∘y⊘x = y
+        for d in list(denominators):
             sinh = next((f for f in rest if d.op == "cosh" and f.op == "sinh" and f.args[0] == d.args[0]
                          and f.shape == d.shape), None)
-            if d not in rest and sinh is not None:  # sinh(z)⊘cosh(z) = tanh(z) (log cosh's derivative)
+            if sinh is not None:  # sinh(z)⊘cosh(z) = tanh(z) (log cosh's derivative)
                 rest[rest.index(sinh)] = s_func("tanh", d.args[0])
                 denominators.remove(d)
-            elif d in rest:
-                rest.remove(d)
-                denominators.remove(d)
-            elif d.op == "mul" and d.shape == SCALAR and any(f in rest for f in d.args):
-                kept = list(d.args)  # n∘y⊘(n∘m) = y⊘m, for scalar factors (sizes)
-                for f in d.args:
-                    if f in rest:
-                        rest.remove(f)
-                        kept.remove(f)
-                denominators.remove(d)
-                if kept:
-                    denominators.append(s_mul(*kept))
         if not denominators:
             return s_mul(const(c), *rest) if rest else const(c, shape)
         num = s_mul(*rest) if rest else const(1.0)
@@ -530,7 +519,7 @@ def _cancel_quotient(c, rest, denominators):
     def powers(fs):
         out: dict = {}
         for f in fs:
-            base, k = (f.args[0], f.args[1].attr) if f.op == "pow" and f.args[1].op == "const" else (f, 1.0)
+            base, k = _base_exponent(f)
             out[base] = out.get(base, 0.0) + k
         return out
 
@@ -546,13 +535,18 @@ def _cancel_quotient(c, rest, denominators):
     return c, rest, ([s_mul(*dens)] if dens else [])
 
 
+def _base_exponent(f: Expr):
+    """(b, k) for f = b**k with a constant k, else (f, 1)."""
+    return (f.args[0], f.args[1].attr) if f.op == "pow" and f.args[1].op == "const" else (f, 1.0)
+
+
 def _collect_powers(fs):
     """x∘x = x**2, x**a∘x = x**(a + 1) with constant exponents."""
     if len(fs) < 2:
         return fs
     exps: dict = {}
     for f in fs:
-        base, k = (f.args[0], f.args[1].attr) if (f.op == "pow" and f.args[1].op == "const") else (f, 1.0)
+        base, k = _base_exponent(f)
         exps[base] = exps.get(base, 0.0) + k
     if len(exps) == len(fs):
         return fs
