@@ -34,8 +34,7 @@ class CheckReport:
 
     def __str__(self):
         verdict = "ok" if self.ok else "FAILED"
-        sizes = ("sizes " + ", ".join(f"{k}={v}" for k, v in self.sizes.items()) if self.sizes
-                 else "the declared sizes")  # (every dimension given as a number)
+        sizes = sizes_text(self.sizes)
         if not self.ok and self.entries_checked == 0:  # nothing compared: not a failure of G
             return f"check cannot be made ({sizes}): {self.message}"
         return (f"check {verdict}: max relative error {self.max_rel_error:.2e} "
@@ -46,6 +45,11 @@ class CheckReport:
         return {"ok": self.ok, "max_rel_error": self.max_rel_error, "tolerance": self.tolerance,
                 "sizes": self.sizes, "domains": self.domains, "entries_checked": self.entries_checked,
                 "draws": self.draws, "message": self.message}
+
+
+def sizes_text(sizes: dict) -> str:
+    """'sizes a=3, b=4', or 'the declared sizes' where every dimension was given as a number."""
+    return "sizes " + ", ".join(f"{k}={v}" for k, v in sizes.items()) if sizes else "the declared sizes"
 
 
 def choose_sizes(dims, fixed=None) -> dict:
@@ -277,8 +281,7 @@ def over_size_choices(user_shapes: dict, fixed, run, inverts: bool = True) -> Ch
         except MemoryError:  # (a kron of krons: its arrays grow as the product of their sizes)
             from .errors import OutOfMemory
 
-            shown = "sizes " + ", ".join(f"{k}={v}" for k, v in sizes.items()) if sizes else "the declared sizes"
-            raise OutOfMemory(f"the numerical check ran out of memory at {shown}: give smaller "
+            raise OutOfMemory(f"the numerical check ran out of memory at {sizes_text(sizes)}: give smaller "
                               "ones (check(sizes={...}))") from None
 
     first = at(choose_sizes(dims, fixed))
@@ -294,9 +297,8 @@ def over_size_choices(user_shapes: dict, fixed, run, inverts: bool = True) -> Ch
         return first
     # failed at the first sizes and passed at the others: XᵀX of a wide X is singular, and
     # det(XᵀX) is 0 there whatever X is; a gradient that is wrong fails at both
-    shown = ", ".join(f"{k}={v}" for k, v in first.sizes.items())
     second.message = "; ".join(filter(None, [second.message, (
-        f"at sizes {shown} it failed (max relative error {first.max_rel_error:.2e}): products such as "
+        f"at {sizes_text(first.sizes)} it failed (max relative error {first.max_rel_error:.2e}): products such as "
         "XᵀX are singular at some sizes, where a gradient through their inverse is not defined")]))
     return second
 
