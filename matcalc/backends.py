@@ -296,10 +296,7 @@ def function_source(backend: str, fname: str, outputs: list, param_names: list, 
                     head.append(f"    {p} = {p} if torch.is_tensor({p}) else torch.tensor({p}, dtype=torch.float64)")
     elif ref is None:  # jax with only scalars: 0-d arrays (jax's dtype), as jax.grad returns them
         head.extend(f"    {params[name]} = jnp.asarray({params[name]})" for name in param_names)
-    for name in param_names:  # squeezed as the code computes it: (n, 1) and (1, n) 1-D, (1, 1) 0-d
-        if name in unit:
-            p = params[name]
-            head.append(f"    {p} = {lib}.reshape({p}, {'()' if syms[name].shape == SCALAR else '(-1,)'})")
+    head += squeeze_lines(backend, param_names, params, syms, unit)
     body = ["    " + line for line in em.lines]
     results = [_as_array(backend, r, ref, dtype) if codegen.host_number(o) else r for r, o in zip(results, outputs)]
     if given:  # each such gradient takes its argument's shape as given
@@ -315,6 +312,14 @@ def function_source(backend: str, fname: str, outputs: list, param_names: list, 
             head.append(f"    {dname} = {pname}.shape[{axis}]")
     helpers = "".join(HELPERS[backend][h] + "\n\n" for h in sorted(em.helpers))
     return helpers + "\n".join(head + body) + "\n", params
+
+
+def squeeze_lines(backend: str, param_names, params: dict, syms: dict, unit) -> list:
+    """The lines that squeeze each argument declared with a size-1 dimension (in ``unit``) as
+    the code computes it: (n, 1) and (1, n) 1-D, (1, 1) 0-d."""
+    lib = "torch" if backend == "torch" else "jnp"
+    return [f"    {params[n]} = {lib}.reshape({params[n]}, {'()' if syms[n].shape == SCALAR else '(-1,)'})"
+            for n in param_names if n in unit]
 
 
 def _as_array(backend: str, code: str, ref, dtype=None) -> str:

@@ -181,7 +181,8 @@ def module_source(m, backend: str, vmap: bool = False) -> str:
     ``vmap=True`` builds the dense matrix from the products even where there is a vec form."""
     from .backends import function_source as fw_source
     from .backends import module_source as fw_module
-    from .codegen import np_shape, sanitize
+    from .backends import squeeze_lines
+    from .codegen import np_shape, sanitize, unit_params
     from .second_order import Jacobian, substitute
     from .simplify import simplify
 
@@ -257,10 +258,8 @@ def module_source(m, backend: str, vmap: bool = False) -> str:
     else:
         values = "dict(" + ", ".join(f"{v}={v}" for v in py.values()) + ")"
         vjp = names["vjp"] if m._has_vjp() else "None"
-        arg = "torch.reshape(torch.as_tensor({0}), {1})" if backend == "torch" else "jnp.reshape({0}, {1})"
-        squeeze = "".join(  # a (1, n) or (n, 1) argument given so: squeezed, as the products compute
-            f"    {py[p]} = " + arg.format(py[p], "()" if m.symbols[p].shape == (1, 1) else "(-1,)") + "\n"
-            for p in params if 1 in (m.user_shapes.get(p) or ()))
+        unit, _ = unit_params(params, m.user_shapes, None)  # (1, n) given so: squeezed, as the products compute
+        squeeze = "".join(line + "\n" for line in squeeze_lines(backend, params, py, m.symbols, unit))
         dsrc = (f"def {dname}(*, {', '.join(py[p] for p in params)}):\n"
                 f"    {ddoc!r}\n" + squeeze +
                 f"    return _dense_from({names['product']}, {vjp}, {shape_code(m.dW.shape)}, "
