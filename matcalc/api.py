@@ -462,9 +462,17 @@ def _scalar_hint(expr, typed, shapes, definitions, syntax, symmetric, wrt=()) ->
     return ""
 
 
+def differential_free(typed, wrt):
+    """Refuse a symbol named d<wrt>: it would read as the differential of wrt in the result."""
+    if "d" + wrt in typed.symbols:
+        raise DeriveError(f"the symbol d{wrt} would read as the differential of {wrt} in the result "
+                          f"(d{wrt} is reserved there): rename it")
+
+
 def _derive_one(expr, typed, wrt, syntax="matcalc", symmetric=(), form=None) -> Derivation:
     if not isinstance(wrt, str):
         raise DeriveError(f"wrt must be a symbol name, got {wrt!r}")
+    differential_free(typed, wrt)
     subst = None
     if wrt in (typed.definitions or {}) and wrt not in typed.symbols:
         typed, subst = _intermediate(typed, wrt)

@@ -18,7 +18,7 @@ import warnings
 from functools import cached_property
 
 from . import ir
-from .api import MAX_TREE, _typed_any
+from .api import MAX_TREE, _typed_any, differential_free
 from .adjoint import Step, pullback
 from .differential import differential
 from .errors import DeriveError, NotationWarning, ShapeError, not_in_expression
@@ -39,9 +39,7 @@ def _doc(e, names) -> str:
 def _check_wrt(typed, wrt):
     if not isinstance(wrt, str):
         raise DeriveError(f"wrt must be a symbol name, got {wrt!r}")
-    if "d" + wrt in typed.symbols:
-        raise DeriveError(f"the symbol d{wrt} would read as the differential of {wrt} in the result "
-                          f"(d{wrt} is reserved there): rename it")
+    differential_free(typed, wrt)
     if wrt in (typed.definitions or {}) and wrt not in typed.symbols:
         raise DeriveError(f"{wrt} is a definition, not a variable: Hessians and Jacobians are taken "
                           f"with respect to the expression's symbols ({', '.join(typed.symbols)}); leave out "

@@ -333,6 +333,10 @@ def test_hessian_of_an_array_is_refused_pointing_to_jacobian():
         matcalc.hessian("x:x", "y")
     with pytest.raises(matcalc.DeriveError, match="reserved"):
         matcalc.jacobian("dx*x", "x")
+    with pytest.raises(matcalc.DeriveError, match="reserved"):  # dλ = tr(dW@dW) would be ambiguous
+        matcalc.derive("tr(W@dW)", "W", shapes={"dW": ("b", "a")})
+    r = _cli("derive", "tr(W@dW)", "--wrt", "W", "--shape", "dW=b,a")
+    assert r.returncode == 2 and "reserved" in r.stderr and "Traceback" not in r.stderr
     r = _cli("jacobian", "A@x", "--wrt", "X")
     assert r.returncode == 2 and "did you mean x" in r.stderr
 
