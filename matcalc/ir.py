@@ -228,6 +228,8 @@ class _Unifier:
     def fail(self, message):
         raise ShapeMismatch(message)
 
+    fail_param = fail
+
     def what(self, i):
         return f"argument {i + 1} is {describe(self.shapes[i])}"
 

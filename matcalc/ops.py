@@ -113,7 +113,7 @@ def square_to(result):
 def norm_axis(u, axis: int, meaning: str = "0 (down the columns), 1 (along the rows)") -> int:
     """0 or 1 for NumPy's axis 0, 1, -2 or -1 of a matrix; other axes are refused."""
     if axis not in (0, 1, -1, -2):
-        u.fail(f"{u.name} takes axis {meaning} or -1/-2, not {axis}")
+        u.fail_param(f"{u.name} takes axis {meaning} or -1/-2, not {axis}")
     return axis % 2
 
 
@@ -175,7 +175,7 @@ MAX_MATRIX_POWER = 64  # the differential of Xᵏ is a sum of |k| products, its 
 def _matrix_power_rule(u, s, attr):
     square(u, s, "matrix_power")
     if attr is not None and abs(attr) > MAX_MATRIX_POWER:
-        u.fail(f"matrix_power's power must be between -{MAX_MATRIX_POWER} and {MAX_MATRIX_POWER}, got {attr}: "
+        u.fail_param(f"matrix_power's power must be between -{MAX_MATRIX_POWER} and {MAX_MATRIX_POWER}, got {attr}: "
                f"the differential of Xᵏ is a sum of |k| products")
     return s[0]
 

@@ -769,6 +769,10 @@ class _CallUnifier:
     def fail(self, message):
         self.t.fail(self.node, message)
 
+    def fail_param(self, message):
+        """Refuse the call's integer parameter (an axis, a power): the caret under it."""
+        self.t.fail(self.node.children[-1], message)
+
     def what(self, i):
         return f"{self.t.text(self.node.children[i])} is {self.t.describe(self.kid[i])}"
 

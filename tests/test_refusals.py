@@ -19,7 +19,8 @@ REFUSED = [
     ("x = y", "x", ParseError, ["'='", "equation"], 3),
     ("W x", "W", ParseError, ["operator is missing"], 3),
     ("matrix_power(X, 100000000):1", "X", ShapeError, ["at most 10^6", "100000000"], 17),
-    ("matrix_power(X, -1000):1", "X", ShapeError, ["between -64 and 64", "-1000"], 1),
+    ("matrix_power(X, -1000):1", "X", ShapeError, ["between -64 and 64", "-1000"], 17),
+    ("sum(X, 2):y", "X", ShapeError, ["axis", "not 2"], 8),
     ("x $ y", "x", ParseError, ["'$'"], 3),
     ("", "x", ParseError, ["empty"], 1),
     ("sum(x + y.T)", "x", ShapeError, ["x + y.T", "length-a vector", "1×b row vector"], 5),
@@ -39,8 +40,8 @@ REFUSED = [
     ("A:B", "a", DeriveError, ["does not occur", "did you mean A"], None),
     ("2", "x", DeriveError, ["'x' does not occur", "no symbols", "constant"], None),
     ("size(X)", "X", DeriveError, ["X occurs only where its values do not matter", "would be 0"], 1),
-    ("sum(X) + size(X, 2)", "X", ShapeError, ["size takes axis 0", "not 2"], 10),
-    ("sum(X) + size(X, -3)", "X", ShapeError, ["size takes axis 0", "not -3"], 10),
+    ("sum(X) + size(X, 2)", "X", ShapeError, ["size takes axis 0", "not 2"], 18),
+    ("sum(X) + size(X, -3)", "X", ShapeError, ["size takes axis 0", "not -3"], 18),
     ("sum(X) + size(X, -1)", "X", None, [], None),  # fine: the last axis, as NumPy's
 ]
 
