@@ -508,11 +508,10 @@ def _cancel_quotient(c, rest, denominators):
         for f in factors(d):
             if f.op == "const" and f.shape == SCALAR and f.attr != 0.0 and c / f.attr == round(c / f.attr, 6):
                 c /= f.attr  # (a number that stays short: 4/4, 1/2; 1/3 stays a division by 3)
-            elif f.op == "const" and f.shape == SCALAR and float(c).is_integer() and float(f.attr).is_integer():
-                g = math.gcd(int(c), int(f.attr)) * (1 if f.attr > 0 else -1)  # -3/9 = -1/3, 3/-9 = -1/3
-                c /= g
-                if f.attr != g:
-                    dens.append(const(f.attr / g))
+            elif f.op == "const" and f.shape == SCALAR and abs(c) != 1.0 and _ratio(c, f.attr) is not None:
+                c, q = _ratio(c, f.attr)  # -3/9 = -1/3, 3/-9 = -1/3, 0.001/0.003 = 1/3
+                if q != 1.0:
+                    dens.append(const(q))
             else:
                 dens.append(f)
 
@@ -533,6 +532,34 @@ def _cancel_quotient(c, rest, denominators):
     rest = [s_pow(b, const(k)) for b, k in num.items() if k != 0.0]
     dens = [s_pow(b, const(k)) for b, k in den.items() if k != 0.0]
     return c, rest, ([s_mul(*dens)] if dens else [])
+
+
+def _ratio(a: float, b: float):
+    """(p, q) with a/b = p/q, q a whole number of at most 10⁶ prime to 10 and p a short
+    decimal, where a and b are short decimals up to rounding (as typed, 0.7² = 0.49): 3/9 =
+    1/3, 0.001/0.003 = 1/3, 0.7/0.49 = 10/7, 3e-9/9 = 1e-9/3; else None."""
+    from fractions import Fraction
+
+    def short(x):  # x as a decimal of at most 12 significant digits, or None
+        f = Fraction("%.12g" % x)
+        return f if f and abs(f - Fraction(x)) <= 1e-14 * abs(x) else None
+
+    try:
+        fa, fb = short(float(a)), short(float(b))
+    except (ValueError, OverflowError):
+        return None
+    if fa is None or fb is None:
+        return None
+    r = fa / fb
+    q, tens = r.denominator, 1
+    for p in (2, 5):
+        while q % p == 0:
+            q //= p
+            tens *= p
+    p = Fraction(r.numerator, tens)
+    if q > 10 ** 6 or short(float(p)) != p:
+        return None
+    return float(p), float(q)
 
 
 def _base_exponent(f: Expr):

@@ -92,6 +92,11 @@ def test_complementary_sigmoids_are_not_expanded_into_a_cubic():
     ("sum(y/(3*x))", "x", "-y/(3*x**2)", lambda x, m, s, y: -y / (3 * x ** 2)),  # was -3*y/(9*x**2)
     ("sum(6*y/(9*x))", "x", "-2*y/(3*x**2)", lambda x, m, s, y: -2 * y / (3 * x ** 2)),
     ("sum(x**3/x**5)", "x", "-2/x**3", lambda x, m, s, y: -2 / x ** 3),
+    # decimals: was 0.001/(0.003*x**2) - 6e-06/(9e-06*x**2), -0.7*y/(0.48999999999999994*x**2)
+    ("sum(1e-3*x/(3e-3*x**2))", "x", "-1/(3*x**2)", lambda x, m, s, y: -1 / (3 * x ** 2)),
+    ("sum(y/(0.7*x))", "x", "-10*y/(7*x**2)", lambda x, m, s, y: -y / (0.7 * x ** 2)),
+    ("sum(1e-9*y/(3*x))", "x", "-1e-09*y/(3*x**2)", lambda x, m, s, y: -1e-9 * y / (3 * x ** 2)),
+    ("sum(0.5*y/(1.5*x))", "x", "-y/(3*x**2)", lambda x, m, s, y: -y / (3 * x ** 2)),
 ])
 def test_numbers_and_powers_cancel_in_a_quotient(expr, wrt, text, closed):
     d = matcalc.derive(expr, wrt=wrt)
