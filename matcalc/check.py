@@ -262,12 +262,16 @@ def _symmetric_fd(f, G, inputs, wrt, base, rng, h, max_entries, directions):
     return err / scale, len(fd), ""
 
 
+RETRIES = 5  # other size choices tried where the first gave no finite values (or, inverting, failed)
+
+
 def over_size_choices(user_shapes: dict, fixed, run, inverts: bool = True) -> CheckReport:
     """run(sizes) -> a CheckReport, for sizes of the dimension names in ``user_shapes`` (a
     product n*m sized by its factors): with the usual sizes, and if the values were not finite
     there (or, where λ inverts a matrix or takes a determinant, ``inverts``, if the check did
-    not pass), again with the sizes handed out the other way round (X drawn 3×4 makes XᵀX
-    singular, 4×3 does not).  A pass at the second sizes says what happened at the first."""
+    not pass), again with the sizes handed out in other orders (X drawn 3×4 makes XᵀX
+    singular, 4×3 does not; _other_sizes).  A pass at other sizes says what happened at the
+    first."""
     dims = []
     for shape in user_shapes.values():
         for d in shape:
@@ -287,20 +291,34 @@ def over_size_choices(user_shapes: dict, fixed, run, inverts: bool = True) -> Ch
     first = at(choose_sizes(dims, fixed))
     if first.ok or (np.isfinite(first.max_rel_error) and not inverts):
         return first
-    other = choose_sizes(dims[::-1], fixed)
-    if other == first.sizes:
+    second = None
+    for other in _other_sizes(dims, fixed, first.sizes):
+        second = at(other)
+        if np.isfinite(second.max_rel_error) if not np.isfinite(first.max_rel_error) else second.ok:
+            break
+    else:
         return first
-    second = at(other)
     if not np.isfinite(first.max_rel_error):
-        return second if np.isfinite(second.max_rel_error) else first
-    if not second.ok:
-        return first
+        return second
     # failed at the first sizes and passed at the others: XᵀX of a wide X is singular, and
     # det(XᵀX) is 0 there whatever X is; a gradient that is wrong fails at both
     second.message = "; ".join(filter(None, [second.message, (
         f"at {sizes_text(first.sizes)} it failed (max relative error {first.max_rel_error:.2e}): products such as "
         "XᵀX are singular at some sizes, where a gradient through their inverse is not defined")]))
     return second
+
+
+def _other_sizes(dims, fixed, tried, most: int = RETRIES):
+    """Up to ``most`` other ways to hand out the sizes: the names in reverse order, then
+    other orders (AXB of A n×p, X p×m, B m×n is singular unless n is the smallest)."""
+    seen = [tried]
+    for order in itertools.chain([dims[::-1]], itertools.permutations(dims)):
+        sizes = choose_sizes(list(order), fixed)
+        if sizes not in seen:
+            seen.append(sizes)
+            yield sizes
+            if len(seen) > most:
+                return
 
 
 def _or_nan(f, inputs):

@@ -262,6 +262,31 @@ def _row_as_column(e: Expr) -> Expr:
     return e
 
 
+def _diagonal_of_products(outputs: list) -> list:
+    """diag(AB) = sum(A∘Bᵀ, 1) for a product used nowhere else: the n entries of the
+    diagonal in n·k multiplications, without the n×n product (x xᵀ's diagonal is x∘x)."""
+    uses = _use_counts([_root(outputs)])
+
+    def fn(e: Expr) -> Expr:
+        if e.op != "diag" or uses.get(e.args[0], 0) > 1:
+            return e
+        p, scalars = e.args[0], []
+        if p.op == "mul" and sum(f.shape != SCALAR for f in p.args) == 1:  # diag(c·AB) = c·diag(AB)
+            scalars = [f for f in p.args if f.shape == SCALAR]
+            p = next(f for f in p.args if f.shape != SCALAR)
+            if uses.get(p, 0) > 1:
+                return e
+        if p.op != "matmul" or any(f.op == "Diag" for f in p.args):  # (Diag(v)A is n² work, not n²k)
+            return e
+        a, b = p.args
+        # (PQ)ᵀ as QᵀPᵀ: the same product as elsewhere (Xᵀ's factor X@W), computed once
+        bt = ir.matmul(_t(b.args[1]), _t(b.args[0])) if b.op == "matmul" else _t(b)
+        entries = ir.mul(*scalars, a, bt)
+        return entries if a.shape[1] == 1 else ir.func("sum", entries, attr=1)
+
+    return _rebuild(outputs, fn)
+
+
 def _share_products(outputs: list) -> list:
     """(A + B)x = Ax + Bx when Ax and Bx are computed anyway (in another output, say)."""
     known = set(_dag(outputs))
@@ -420,5 +445,5 @@ def _reuse_sums(outputs: list) -> list:
 
 
 # the rewrites ``optimize`` runs, in order: each takes and returns the list of outputs
-PASSES = (stable_forms, order_products, rows_as_columns, _share_products, _sigmoid_from_softplus,
+PASSES = (stable_forms, order_products, _diagonal_of_products, rows_as_columns, _share_products, _sigmoid_from_softplus,
           _reuse_sums, _expm1_log1p, _split_sums)

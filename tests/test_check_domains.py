@@ -1,6 +1,9 @@
 """An honest check: inv/det/logdet arguments drawn well-conditioned and NOT symmetric (a
 dropped transpose fails), det < 0 on some draws where only log|det| is taken (never under
 log(det(·))), SPD only where symmetric= needs it; unknown domains refused."""
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -119,6 +122,17 @@ def test_products_singular_at_the_first_sizes_are_checked_at_the_others(expr, wr
     report = matcalc.derive(expr, wrt=wrt).check()
     assert report.ok and report.max_rel_error < 1e-6
     assert "a=3, b=4 it failed" in report.message and report.sizes == {"b": 3, "a": 4}
+
+
+def test_a_product_singular_in_both_orders_of_the_sizes_is_checked_at_a_third():
+    # A n×p, X p×m, B m×n: AXB has rank min(n, p, m), so it is singular unless n is the
+    # smallest size; the declared sizes draw p smallest, and so does their reverse
+    d = matcalc.derive("logdet(A@X@B)", wrt="X", shapes={"A": ("n", "p"), "X": ("p", "m"), "B": ("m", "n")})
+    report = d.check()
+    assert report.ok and report.sizes["n"] < min(report.sizes["p"], report.sizes["m"])
+    r = subprocess.run([sys.executable, "-m", "matcalc", "derive", "logdet(A@X@B)", "--wrt", "X", "--shape",
+                        "A=n,p", "--shape", "X=p,m", "--shape", "B=m,n", "--check"], capture_output=True, text=True)
+    assert r.returncode == 0 and "check ok" in r.stdout
 
 
 def test_a_wrong_gradient_fails_at_both_sizes(monkeypatch):

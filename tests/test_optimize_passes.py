@@ -14,6 +14,8 @@ EXPRS = [
     ("tr(A@X.T@B@X@C)", "X"),
     ("sum(expm1(W@x)) + sum(exp(W@x) - 1)", "W"),
     ("sum(X@W) + 2*sum(A@W@B)", "W"),
+    ("norm2(Diag(s)@X@W - Y)**2", "s"),
+    ("G:(Diag(v)@X) + x.T@Diag(v)@x", "v"),
 ]
 
 
@@ -57,3 +59,24 @@ def test_a_matrix_of_ones_in_a_product_is_a_column_times_a_row():
     A, B = rng.standard_normal((k, dd)), rng.standard_normal((m, p))
     closed = np.outer(X.sum(0), np.ones(m)) + 2 * np.outer(A.sum(0), B.sum(1))
     np.testing.assert_allclose(d.function(X=X, W=W, A=A, B=B), closed, rtol=1e-12)
+
+
+@pytest.mark.parametrize("expr, wrt, closed", [
+    ("G:(Diag(v)@X)", "v", lambda G, X, x, Y, W, s, v: (G * X).sum(1)),
+    ("x.T@Diag(v)@x", "v", lambda G, X, x, Y, W, s, v: x * x),
+    ("norm2(Diag(s)@X@W - Y)**2", "s", lambda G, X, x, Y, W, s, v: 2 * ((s[:, None] * (X @ W) - Y) * (X @ W)).sum(1)),
+])
+def test_the_diagonal_of_a_product_is_not_the_whole_product(expr, wrt, closed):
+    """diag(GXᵀ) (a weight per row: Diag(v)X) is taken as the row sums of G∘X: n·k work, not
+    the n×n product GXᵀ (n = 50,000 rows would need 20 GB); X@W, which the residual has
+    too, is computed once."""
+    d = matcalc.derive(expr, wrt=wrt, shapes={"G": ("n", "k"), "X": ("n", "k"), "W": ("k", "m")})
+    assert d.text.startswith("diag(") and "np.diag" not in d.numpy_source
+    assert d.numpy_source.count(".dot(") <= 1  # (X.dot(W) once; no n×n product)
+    rng = np.random.default_rng(8)
+    n, k, m = 7, 3, 4
+    vals = dict(G=rng.standard_normal((n, k)), X=rng.standard_normal((n, k)), x=rng.standard_normal(n),
+                Y=rng.standard_normal((n, m)), W=rng.standard_normal((k, m)), s=rng.standard_normal(n),
+                v=rng.standard_normal(n))
+    got = d.function(**{p: vals[p] for p in d.function.params})
+    np.testing.assert_allclose(got, closed(**vals), rtol=1e-12)
