@@ -16,6 +16,7 @@ import weakref
 from . import ir
 from .ir import SCALAR, Expr, const
 from .ops import REGISTRY, broadcast_axis, count
+from .symmetric import symmetric_form
 
 _cache: "weakref.WeakKeyDictionary[Expr, Expr]" = weakref.WeakKeyDictionary()
 
@@ -271,6 +272,9 @@ def _factor(items, total, shape):
                         {core.args[1 - side].shape for core, _ in items}) == 1:  # (no broadcast term)
                     others = s_add(*[scale(c, core.args[1 - side]) for core, c in items])
                     return s_matmul(first, others) if side == 0 else s_matmul(others, first)
+    grouped = _group_products(items, shape)
+    if grouped is not None:
+        return grouped
     mags = {abs(c) for _, c in items}
     if total != 0.0:
         mags.add(abs(total))
@@ -281,6 +285,32 @@ def _factor(items, total, shape):
             if total:
                 inner.append(const(total / m))
             return s_mul(const(m), s_add(*inner))
+    return None
+
+
+def _group_products(items, shape):
+    """b + Aᵀx + Ax = b + (Aᵀ + A)x: the products among the terms that share a right (or
+    left) factor, as one product; None if no two terms share one."""
+    for side in (1, 0):
+        groups: dict = {}
+        for i, (core, _) in enumerate(items):
+            if core.op == "matmul":
+                groups.setdefault((core.args[side], core.args[1 - side].shape), []).append(i)
+        groups = {k: g for k, g in groups.items() if len(g) > 1}
+        if not groups or len(groups) == 1 and len(next(iter(groups.values()))) == len(items):
+            continue  # (every term shares it: _factor's own case)
+        out, done = [], set()
+        for i, (core, c) in enumerate(items):
+            if i in done:
+                continue
+            g = groups.get((core.args[side], core.args[1 - side].shape)) if core.op == "matmul" else None
+            if g is None:
+                out.append(scale(c, core))
+                continue
+            done.update(g)
+            others = s_add(*[scale(items[j][1], items[j][0].args[1 - side]) for j in g])
+            out.append(s_matmul(core.args[side], others) if side == 0 else s_matmul(others, core.args[side]))
+        return Expr("add", tuple(out), None, shape) if len(out) > 1 else out[0]
     return None
 
 
@@ -444,9 +474,21 @@ _T_INVARIANT = ("eye", "Diag")
 
 def _tcost(e: Expr) -> int:
     """How many transposes s_T(e) leaves on top."""
-    if e.op == "T" or e.shape == SCALAR or e.op in _T_INVARIANT or e.op == "const":
+    if e.op == "T" or e.shape == SCALAR or e.op in _T_INVARIANT or e.op == "const" or symmetric_form(e):
         return 0
     return 1
+
+
+def _chain_factors(e: Expr) -> list:
+    """The factors of a matrix product A(BC)D, left to right."""
+    out, stack = [], [e]
+    while stack:
+        f = stack.pop()
+        if f.op == "matmul":
+            stack.extend(reversed(f.args))
+        else:
+            out.append(f)
+    return out
 
 
 def s_T(a: Expr) -> Expr:
@@ -457,14 +499,19 @@ def s_T(a: Expr) -> Expr:
         return a
     if a.op == "const":
         return const(a.attr, (c, r))
+    if a.op not in ("sym", "add") and symmetric_form(a):  # (XᵀX)⁻ᵀ = (XᵀX)⁻¹ (a sum: below, in order)
+        return a
     if a.op == "mul":
         sc, arr = _split_scalars(a)
         if sc:
             return s_mul(*sc, s_T(arr))
-    if a.op == "matmul":
-        x, y = a.args
-        if _tcost(x) + _tcost(y) <= 1:
-            return s_matmul(s_T(y), s_T(x))
+    if a.op == "matmul":  # (ABᵀC)ᵀ = CᵀBAᵀ when that has no more transposes (a flat chain reads better)
+        fs = _chain_factors(a)
+        if sum(_tcost(f) for f in fs) <= 1 + sum(f.op == "T" for f in fs):
+            out = s_T(fs[-1])
+            for f in reversed(fs[:-1]):
+                out = s_matmul(out, s_T(f))
+            return out
     if a.op == "div" and a.args[1].shape == SCALAR:  # (A/β)ᵀ = Aᵀ/β
         return s_div(s_T(a.args[0]), a.args[1])
     if a.op == "add":  # (A + Bᵀ)ᵀ = Aᵀ + B when no term keeps a transpose

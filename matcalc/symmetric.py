@@ -7,6 +7,8 @@ symmetric matrix?", arXiv:1911.06491).  The expression and the result also use S
 ∂ logdet(S)/∂S reads S⁻¹, not S⁻ᵀ."""
 from __future__ import annotations
 
+import functools
+
 from . import ir
 from .ops import REGISTRY
 from .ir import Expr
@@ -23,25 +25,8 @@ def _elementwise(op: str) -> bool:
 
 
 def is_symmetric(e: Expr, names) -> bool:
-    """Whether e is symmetric because the symbols in ``names`` are (S, S⁻¹, S + I, 2S, …)."""
-    if e.shape[0] != e.shape[1]:
-        return False
-    op = e.op
-    if op == "sym":
-        return e.attr in names
-    if op in ("eye", "const"):
-        return True
-    if op in ("inv", "exp", "log", "sqrt", "tanh", "sigmoid", "relu", "abs", "sin", "cos", "softplus",
-              "step", "sign"):
-        return e.args[0].shape != ir.SCALAR and is_symmetric(e.args[0], names)
-    if op in ("add", "mul"):
-        return all(a.shape == ir.SCALAR or is_symmetric(a, names) for a in e.args)
-    if op == "div":
-        return all(a.shape == ir.SCALAR or is_symmetric(a, names) for a in e.args)
-    if op == "matmul":  # AᵀBA and A Aᵀ are symmetric
-        a, b = e.args
-        return (a.op == "T" and a.args[0] is b) or (b.op == "T" and b.args[0] is a)
-    return False
+    """Whether e is symmetric because the symbols in ``names`` are (S, S⁻¹, S + I, 2S, XᵀSX, …)."""
+    return e.shape[0] == e.shape[1] and (e.shape == ir.SCALAR or symmetric_form(e, names))
 
 
 def use_symmetry(e: Expr, names) -> Expr:
@@ -62,18 +47,54 @@ def use_symmetry(e: Expr, names) -> Expr:
     return simplify(out[e]) if changed else e
 
 
+def symmetric_form(e: Expr, names=frozenset()) -> bool:
+    """Whether e equals its transpose by its form alone: XᵀX, XᵀSX, (XᵀX)⁻¹, exp(XᵀX) + I,
+    x xᵀ, with Sᵀ = S for S in ``names`` (_canon of e and of eᵀ agree)."""
+    if e.shape[0] != e.shape[1] or e.shape == ir.SCALAR:
+        return False
+    try:
+        return _canon(e, frozenset(names)) == _canon(e, frozenset(names), True)
+    except RecursionError:  # (a very deep tree: not known to be symmetric)
+        return False
+
+
 def symmetrize(G: Expr, names) -> Expr:
     """sym(G) = (G + Gᵀ)/2, written with the symmetry of ``names``; G itself if symmetric."""
     from .simplify import simplify
 
+    names = frozenset(names)
     G = use_symmetry(G, names)
     GT = use_symmetry(simplify(ir.T(G)), names)
     if GT is G or is_symmetric(G, names) or _canon(GT, names) == _canon(G, names):
         return G
+    try:
+        opened = use_symmetry(simplify(_opened(G)), names)  # S⁻¹(I - yyᵀS⁻¹) = S⁻¹ - S⁻¹yyᵀS⁻¹
+    except RecursionError:  # (a very deep G: left as it is)
+        opened = G
+    if is_symmetric(opened, names):
+        return opened
     return simplify(ir.mul(ir.const(0.5), ir.add(G, GT)))
 
 
-def _canon(e: Expr, names, transpose: bool = False):
+def _opened(e: Expr, most: int = 16) -> Expr:
+    """e with its matrix products of sums multiplied out, while a product has at most
+    ``most`` terms: A(B + C) = AB + AC."""
+    if e.op == "add":
+        return ir.add(*[_opened(t, most) for t in e.args])
+    if e.op == "mul" and sum(a.shape != ir.SCALAR for a in e.args) == 1:
+        return ir.mul(*[_opened(a, most) for a in e.args])
+    if e.op != "matmul":
+        return e
+    a, b = (_opened(x, most) for x in e.args)
+    ta = a.args if a.op == "add" and all(t.shape == a.shape for t in a.args) else (a,)  # (no broadcast
+    tb = b.args if b.op == "add" and all(t.shape == b.shape for t in b.args) else (b,)  # term: x - μ)
+    if len(ta) * len(tb) > most or len(ta) * len(tb) == 1:
+        return ir.matmul(a, b)
+    return ir.add(*[ir.matmul(x, y) for x in ta for y in tb])
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _canon(e: Expr, names: frozenset, transpose: bool = False):
     """A key equal for expressions equal up to the association of matrix products and where
     their transposes sit ((ABC)ᵀ = CᵀBᵀAᵀ, Sᵀ = S for S in ``names``)."""
     if e.shape == ir.SCALAR:
@@ -108,4 +129,4 @@ def _canon(e: Expr, names, transpose: bool = False):
     return ("T", key) if transpose else key
 
 
-__all__ = ["NOTE", "is_symmetric", "use_symmetry", "symmetrize"]
+__all__ = ["NOTE", "is_symmetric", "symmetric_form", "use_symmetry", "symmetrize"]

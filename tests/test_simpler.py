@@ -200,3 +200,52 @@ def test_n_times_mean_is_sum_only_where_n_is_all_the_entries():
     assert np.isclose(d.value_function(X=X, alpha=2.0), 2 * X.sum() / 3)
     d = matcalc.derive("sum((X - mean(X))**2)", wrt="X", shapes={"X": (3, "n")})
     assert np.allclose(d.function(X=X), 2 * (X - X.mean()))
+
+
+def _draw(shapes, rng):
+    out = {}
+    for k, s in shapes.items():
+        out[k] = rng.standard_normal(s) if s else float(rng.standard_normal())
+    return out
+
+
+@pytest.mark.parametrize("expr, wrt, shapes, text, closed", [
+    # XᵀX and (XᵀX)⁻¹ are symmetric by their form: was X@(inv(X.T@X).T + inv(X.T@X))
+    ("logdet(X.T@X)", "X", {"X": (6, 3)}, "2*X@inv(X.T@X)",
+     lambda X: 2 * X @ np.linalg.inv(X.T @ X)),
+    # a transposed chain is taken apart when that leaves no more transposes: was (A@X.T@B).T@C.T + B@X@C@A
+    ("tr(A@X.T@B@X@C)", "X", {"A": (3, 5), "X": (4, 5), "B": (4, 4), "C": (5, 3)}, "B.T@X@A.T@C.T + B@X@C@A",
+     lambda A, X, B, C: B.T @ X @ A.T @ C.T + B @ X @ C @ A),
+    ("x.T@A.T@A@x", "x", {"x": (4,), "A": (3, 4)}, "2*A.T@A@x",  # was 2*(x.T@A.T@A).T
+     lambda x, A: 2 * A.T @ A @ x),
+    # products sharing a factor are one product even where another term does not share it
+    ("x.T@A@x + b.T@x", "x", {"x": (4,), "A": (4, 4), "b": (4,)}, "b + (A.T + A)@x",
+     lambda x, A, b: b + (A.T + A) @ x),
+])
+def test_textbook_forms_of_products(expr, wrt, shapes, text, closed):
+    d = matcalc.derive(expr, wrt=wrt, shapes={k: tuple(f"n{v}" for v in s) for k, s in shapes.items()})
+    assert d.text == text
+    vals = _draw(shapes, np.random.default_rng(5))
+    np.testing.assert_allclose(d.function(**vals), closed(**vals), rtol=1e-10)
+
+
+def _spd(n, rng):
+    R = rng.standard_normal((n, n))
+    return R @ R.T / n + np.eye(n)
+
+
+@pytest.mark.parametrize("expr, text, closed", [
+    # the Gaussian process evidence: was 0.5*(inv(K)@(I - y@y.T@inv(K)) + (inv(K)@(I - y@y.T@inv(K))).T)
+    ("y.T@inv(K)@y + logdet(K)", "inv(K) - inv(K)@y@y.T@inv(K)",
+     lambda K, y: np.linalg.inv(K) - np.linalg.inv(K) @ np.outer(y, y) @ np.linalg.inv(K)),
+    ("0.5*(logdet(K) + tr(inv(K)@(y - m)@(y - m).T))", "0.5*(inv(K) - inv(K)@(y - m)@(y - m).T@inv(K))",
+     lambda K, y, m: 0.5 * (np.linalg.inv(K) - np.linalg.inv(K) @ np.outer(y - m, y - m) @ np.linalg.inv(K))),
+])
+def test_a_symmetric_gradient_multiplied_out_is_not_averaged_with_its_transpose(expr, text, closed):
+    d = matcalc.derive(expr, wrt="K", symmetric=["K"])
+    assert d.text == text
+    rng = np.random.default_rng(6)
+    vals = {"K": _spd(4, rng), "y": rng.standard_normal(4), "m": rng.standard_normal(4)}
+    vals = {k: vals[k] for k in d.function.params}
+    np.testing.assert_allclose(d.function(**vals), closed(**vals), rtol=1e-10)
+    assert d.check().ok
