@@ -72,6 +72,8 @@ class TextPrinter:
                 s = f"({s})"
             if negative and s.startswith("-"):
                 s = f"({s})"  # a - (-b), never a - -b
+            elif i > 0 and s.startswith("-"):  # a + (-b)∘c reads a - b*c
+                negative, s = True, s[1:]
             parts.append(s if i == 0 and not negative else (("-" if i == 0 else " - ") + s if negative else " + " + s))
         return "".join(parts)
 

@@ -434,6 +434,10 @@ def s_matmul(a: Expr, b: Expr) -> Expr:
     sb, b2 = _split_scalars(b)
     if sa or sb:
         return s_mul(*sa, *sb, s_matmul(a2, b2))
+    for i, f in enumerate((a, b)):  # (-A - B)C = -(A + B)C
+        if f.op == "add" and all(ir.negative_term(t)[0] for t in f.args):
+            pos = s_add(*[_negated(t) for t in f.args])
+            return _negated(s_matmul(pos, b) if i == 0 else s_matmul(a, pos))
     for x in (a, b):  # A(c1) = c(A1): the scalar floats out, a bare 1 is left in the product
         if x.op == "const" and x.attr not in (0.0, 1.0):
             ones = const(1.0, x.shape)

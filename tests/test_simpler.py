@@ -249,3 +249,16 @@ def test_a_symmetric_gradient_multiplied_out_is_not_averaged_with_its_transpose(
     vals = {k: vals[k] for k in d.function.params}
     np.testing.assert_allclose(d.function(**vals), closed(**vals), rtol=1e-10)
     assert d.check().ok
+
+
+def test_signs_gather_in_front_of_a_term_and_of_a_sum_times_a_matrix():
+    # a step read -y:dz + -sum(y)*-(s:dz); the Gaussian's gradient 0.5*(-inv(S).T - inv(S))@(x - m)
+    d = matcalc.derive("-y.T@log(softmax(W@x + b))", wrt="W")
+    lines = d.derivation_lines()
+    assert any("-y:dz + sum(y)*(s:dz)" in line for line in lines), lines
+    assert not any(re.search(r"\+ -|\*-", line.split("    [")[0]) for line in lines), lines
+    g = matcalc.derive("-0.5*(x - m).T@inv(S)@(x - m)", wrt="x")
+    assert g.text == "-0.5*(inv(S).T + inv(S))@(x - m)"
+    rng = np.random.default_rng(9)
+    S, x, m = 2 * np.eye(4) + rng.standard_normal((4, 4)) / 4, rng.standard_normal(4), rng.standard_normal(4)
+    np.testing.assert_allclose(g.function(S=S, x=x, m=m), -0.5 * (np.linalg.inv(S).T + np.linalg.inv(S)) @ (x - m))
