@@ -633,8 +633,8 @@ def _collect_powers(fs):
 
 def s_pow(a: Expr, k: Expr) -> Expr:
     if k.op == "const":
-        if k.attr == 1.0 or a.op == "step" and k.attr > 0:  # (step(z)ᵏ = step(z): 0 or 1)
-            return a
+        if k.attr == 1.0 or a.op in ("step", "eye") and k.attr > 0:  # (step(z)ᵏ = step(z), Iᵏ = I:
+            return a                                                     # entries 0 or 1)
         if k.attr == 0.0:
             return const(1.0, a.shape)
         if a.op == "const":
@@ -695,6 +695,10 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
         if attr is not None:
             return ir.func(name, a, attr=attr)
         return s_div(const(1.0), n) if name == "mean" else n
+    if name == "sum" and attr is None and a.op == "matmul" and a.args[0].shape[1] == 1:
+        return s_mul(s_func("sum", a.args[0]), s_func("sum", a.args[1]))  # sum(u vᵀ) = sum(u) sum(v)
+    if name == "sum" and attr is None and _transposed_entries(a) is not None:
+        return s_func("sum", _transposed_entries(a))  # sum(xᵀ∘xᵀ) = sum(x∘x)
     if name == "sum" and attr is not None and a.op == "matmul" and a.args[0].shape[1] == 1:
         u, v = a.args  # an outer product u vᵀ: along its rows u sum(v), along its columns sum(u) vᵀ
         return s_mul(u, s_func("sum", v)) if attr == 1 else s_mul(s_func("sum", u), v)
@@ -727,6 +731,27 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
     if name == "unvec" and a.op == "vec":
         return a.args[0]
     return ir.func(name, a, attr=attr)
+
+
+def _transposed_entries(a: Expr):
+    """X for an a that is Xᵀ entry by entry (Xᵀ, (Xᵀ)², exp(Xᵀ)∘Yᵀ), with X no transpose of
+    its own: the sum of the entries is the same; else None."""
+    if a.op == "T":
+        return a.args[0]
+    spec = REGISTRY.get(a.op)
+    elementwise = a.op in ("mul", "pow", "div") or spec is not None and spec.elementwise
+    if not elementwise or a.shape == SCALAR:
+        return None
+    args = []
+    for x in a.args:
+        if x.shape == SCALAR:
+            args.append(x)
+            continue
+        inner = _transposed_entries(x)
+        if inner is None:
+            return None
+        args.append(inner)
+    return Expr(a.op, tuple(args), a.attr, (a.shape[1], a.shape[0]))
 
 
 def _one_minus(a: Expr):

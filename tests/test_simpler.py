@@ -262,3 +262,19 @@ def test_signs_gather_in_front_of_a_term_and_of_a_sum_times_a_matrix():
     rng = np.random.default_rng(9)
     S, x, m = 2 * np.eye(4) + rng.standard_normal((4, 4)) / 4, rng.standard_normal(4), rng.standard_normal(4)
     np.testing.assert_allclose(g.function(S=S, x=x, m=m), -0.5 * (np.linalg.inv(S).T + np.linalg.inv(S)) @ (x - m))
+
+
+@pytest.mark.parametrize("expr, wrt, text, closed", [
+    ("tr(alpha*I + S)", "alpha", "size(S, 0)", lambda S, X, y, w, **_: S.shape[0]),  # was sum(I**2)
+    ("sum(alpha + X, 0):y.T", "alpha", "size(X, 0)*sum(y)", lambda S, X, y, w, **_: X.shape[0] * y.sum()),  # sum(1@y.T)
+    ("lambda*w.T@w/2", "lambda", "0.5*sum(w**2)", lambda S, X, y, w, **_: 0.5 * w @ w),  # was 0.5*sum(w.T**2)
+])
+def test_identity_and_ones_fold_so_the_result_reads_back(expr, wrt, text, closed):
+    d = matcalc.derive(expr, wrt=wrt, shapes={"X": ("n", "k"), "y": ("k",), "S": ("m", "m")})
+    assert d.text == text
+    rng = np.random.default_rng(10)
+    vals = dict(S=rng.standard_normal((3, 3)), X=rng.standard_normal((5, 4)), y=rng.standard_normal(4),
+                w=rng.standard_normal(6), alpha=0.7, **{"lambda": 0.3})
+    np.testing.assert_allclose(d.function(**{p: vals[p] for p in d.function.params}), closed(**vals))
+    back = matcalc.derive(f"({text})*{wrt}", wrt=wrt, shapes={"X": ("n", "k"), "y": ("k",), "S": ("m", "m")})
+    np.testing.assert_allclose(back.function(**{p: vals[p] for p in back.function.params}), closed(**vals))
