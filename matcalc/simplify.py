@@ -695,6 +695,8 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
         if attr is not None:
             return ir.func(name, a, attr=attr)
         return s_div(const(1.0), n) if name == "mean" else n
+    if name == "sum" and (a.op == "softmax" and a.attr == attr or a.op == "softmax_all" and attr is None):
+        return const(1.0, ir.func(name, a, attr=attr).shape)  # softmax's entries sum to 1 (along its axis)
     if name == "sum" and attr is None and a.op == "matmul" and a.args[0].shape[1] == 1:
         return s_mul(s_func("sum", a.args[0]), s_func("sum", a.args[1]))  # sum(u vᵀ) = sum(u) sum(v)
     if name == "sum" and attr is None and _transposed_entries(a) is not None:
@@ -811,11 +813,25 @@ def _logdet(X: Expr) -> Expr:
     return ir.func("logdet", X)
 
 
+def _summed(den: Expr, node: bool = False):
+    """X for den = sum(X), or sum(X, axis) spread back over X's shape (1@sum(X, 0),
+    sum(X, 1)@1ᵀ); with ``node`` that sum itself; else None."""
+    if den.op == "matmul":
+        ones, s = den.args if den.args[0].op == "const" else den.args[::-1]
+        if not (ones.op == "const" and ones.attr == 1.0 and s.op == "sum" and s.attr is not None):
+            return None
+        den = s
+    if den.op != "sum":
+        return None
+    return den if node else den.args[0]
+
+
 def stabilize(e: Expr) -> Expr:
     """Rewrite the primal where an equal form has a better derivative or better numerics:
     log(1 + exp(z)) = softplus(z), log σ(z) = -softplus(-z), log(1 - σ(z)) = -softplus(z),
     log sum exp(z) = logsumexp(z), log softmax(x) = x - logsumexp(x), log det X = logdet X,
-    exp(z)/(c + exp(z)) = σ(z − log c) (c > 0), log(exp(z)) = z, norm2(x)**2 = x:x,
+    exp(z)/(c + exp(z)) = σ(z − log c) (c > 0), exp(z)/sum(exp(z)) = softmax(z) (along an axis
+    too), log(exp(z)) = z, norm2(x)**2 = x:x,
     logdet(Xᵏ) = k logdet(X), det(Xᵏ) = det(X)ᵏ.  Everything else is
     kept as the user wrote it, so the derivation reads in the user's terms."""
     memo: dict = {}
@@ -833,6 +849,14 @@ def stabilize(e: Expr) -> Expr:
                 if other.op == "const" and other.shape == SCALAR and other.attr > 0:  # e^z/(c + e^z) = σ(z − log c)
                     z = num.args[0]
                     new = ir.func("sigmoid", z if other.attr == 1.0 else ir.add(z, ir.const(-math.log(other.attr))))
+            elif num.op == "exp" and _summed(den) is num:  # e^z/Σe^z = softmax(z)
+                z, den = num.args[0], _summed(den, True)
+                if den.attr is not None:
+                    new = ir.func("softmax", z, attr=den.attr)
+                elif z.shape[1] == 1:
+                    new = ir.func("softmax", z)
+                elif z.shape[0] != 1:
+                    new = ir.func("softmax_all", z)
         elif new.op == "logdet":  # log|Xᵏ| = k log|X|, log|Xᵀ| = log|X|, … (_logdet)
             new = _logdet(new.args[0])
         elif new.op == "det" and new.args[0].op == "matrix_power":  # det(Xᵏ) = det(X)ᵏ

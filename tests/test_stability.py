@@ -323,3 +323,23 @@ def test_log_of_a_constant_plus_exp_at_extreme_z(c):
     assert abs(d.value_function(z=z) - want_value) < 1e-12 * abs(want_value)
     zs = np.array([0.7, -1.2, 2.0])  # and where the naive form is fine, they agree
     assert np.allclose(d.function(z=zs), np.exp(zs) / (c + np.exp(zs)), rtol=1e-14)
+
+
+@pytest.mark.parametrize("expr, wrt, shape, axis", [
+    ("-y.T@log(exp(z)/sum(exp(z)))", "z", (3,), None),
+    ("-sum(Y*log(exp(Z)/sum(exp(Z), 0)))", "Z", (3, 2), 0),
+    ("-sum(Y*log(exp(Z)/sum(exp(Z), 1)))", "Z", (2, 3), 1),
+])
+def test_a_softmax_written_out_is_the_stable_softmax(expr, wrt, shape, axis):
+    # exp(z)/sum(exp(z)) overflowed to inf/inf (nan) at z = 1000; it is softmax(z)
+    d = matcalc.derive(expr, wrt=wrt)
+    assert "softmax" in d.text
+    z = np.array([1000.0, 0.0, -1000.0])
+    z = z if axis is None else (np.stack([z, z - 5]).T if axis == 0 else np.stack([z, z - 5]))
+    y = np.random.default_rng(11).uniform(0.1, 1.0, shape)
+    e = np.exp(z - z.max(axis=axis, keepdims=axis is not None))
+    s = e / e.sum(axis=axis, keepdims=axis is not None)
+    want = y.sum(axis=axis, keepdims=axis is not None) * s - y
+    got = d.function(**{wrt: z, ("y" if axis is None else "Y"): y})
+    assert np.all(np.isfinite(got))
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-300)
