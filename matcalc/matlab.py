@@ -74,6 +74,12 @@ class MatlabTyper(_Typer):
     def kind_of(self, name):
         return matlab_kind(name)
 
+    def why_number(self, name):
+        base = re.sub(r"[\d_]+$", "", name) or name
+        if base in GREEK or "\u03b1" <= name[0] <= "\u03c9":
+            return "by its Greek name"
+        return "by the MATLAB syntax's naming, where a–g are numbers, h–z vectors and A–Z matrices"
+
     def rule(self, n: Node):
         k = n.kind
         if k == "ones":

@@ -294,6 +294,10 @@ class _Typer:
     def kind_of(self, name: str) -> int:
         return default_kind(name)
 
+    def why_number(self, name: str) -> str:
+        """Why an undeclared name is a number (kind_of's reason, for messages)."""
+        return "by its Greek name"
+
     def symbol(self, node: Node):
         name = node.value
         if name not in self.sym_shape:
@@ -479,7 +483,7 @@ class _Typer:
         """For a name that is a number only by its spelling (theta, beta, mu: Greek), how to make
         it a vector: the likely intent where it fails to combine as a number."""
         c = self.spelled_kind(0, *nodes)
-        return (f" ({c.value} is a number by its Greek name; to make it a vector declare it: "
+        return (f" ({c.value} is a number {self.why_number(c.value)}; to make it a vector declare it: "
                 f"shapes={{'{c.value}': ('n',)}}, --shape {c.value}=n)") if c else ""
 
     def broadcast(self, n, children, shapes, verb):

@@ -182,3 +182,10 @@ def test_a_matrix_power_in_matlab_syntax_has_matrix_powers_limit(expr):
     # X^1000 ended in RecursionError (exit 3) after 8 s; X^1e308 grew past 4 GB
     with pytest.raises(ShapeError, match="between -64 and 64"):
         matcalc.derive(expr, wrt="X", syntax="matlab")
+
+
+def test_a_name_that_is_a_number_by_the_matlab_naming_is_not_called_greek():
+    with pytest.warns(matcalc.NotationWarning) as caught:
+        matcalc.derive("-y'*log(softmax(W*x + b))", wrt="W", syntax="matlab")
+    text = " ".join(str(w.message) for w in caught)
+    assert "b is a number by the MATLAB syntax's naming, where a–g are numbers" in text and "Greek" not in text
