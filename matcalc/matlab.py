@@ -2,7 +2,7 @@
 
 ``*`` is the matrix product (a scalar on either side scales), ``.*`` ``./`` ``.^`` act entry
 by entry, ``'`` transposes, ``^`` is a power of a scalar or an integer power of a square
-matrix (``A^-1`` is the inverse, ``A^2`` = A A), ``/`` divides by a scalar, ``vector(1)`` and
+matrix (``A^-1`` is the inverse, ``A^2`` is matrix_power(A, 2)), ``/`` divides by a scalar, ``vector(1)`` and
 ``matrix(1)`` are all-ones arrays and ``eye`` the identity.  Names follow that site's
 convention: a–g scalars, h–z vectors, A–Z matrices (Greek names are scalars).
 
@@ -178,12 +178,7 @@ class MatlabTyper(_Typer):
             k, base = how[1], args[0]
             if k == 0:
                 return ir.eye(base.shape[0])
-            if k < 0:
-                base, k = ir.func("inv", base), -k
-            out = base
-            for _ in range(k - 1):
-                out = ir.matmul(out, base)
-            return out
+            return base if k == 1 else ir.func("inv", base) if k == -1 else ir.func("matrix_power", base, attr=k)
         raise AssertionError(how)  # pragma: no cover
 
 
@@ -262,6 +257,8 @@ class MatlabPrinter(TextPrinter):
             return f"{self.wrap(e.args[0], POST)}{caret}{ks}", POW
         if op == "T":
             return f"{self.wrap(e.args[0], POST)}'", POST
+        if op == "matrix_power":
+            return f"{self.wrap(e.args[0], POST)}^{e.attr}", POW
         if op == "Diag":
             return f"diag({self.p(e.args[0])[0]})", ATOM
         if op == "diag":

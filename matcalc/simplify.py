@@ -15,7 +15,7 @@ import weakref
 
 from . import ir
 from .ir import SCALAR, Expr, const
-from .ops import REGISTRY, broadcast_axis, count
+from .ops import MAX_MATRIX_POWER, REGISTRY, broadcast_axis, count
 from .symmetric import symmetric_form
 
 _cache: "weakref.WeakKeyDictionary[Expr, Expr]" = weakref.WeakKeyDictionary()
@@ -461,7 +461,41 @@ def s_matmul(a: Expr, b: Expr) -> Expr:
     last = a.args[1] if a.op == "matmul" else a
     if _inverse_pair(last, b):  # X⁻¹X = I, and through transposes: X⁻ᵀXᵀ = I
         return a.args[0] if a.op == "matmul" else ir.eye(shape[0])
+    merged = _power_product(last, b)
+    if merged is not None:  # XᵃXᵇ = Xᵃ⁺ᵇ: tr(X⁵)'s terms collect to 5(X⁴)ᵀ
+        return s_matmul(a.args[0], merged) if a.op == "matmul" else merged
     return Expr("matmul", (a, b), None, shape)
+
+
+def _matrix_power_of(f: Expr):
+    """(X, k, transposed) for f = Xᵏ, X⁻¹, X or their transposes (X square), else None."""
+    if f.shape[0] != f.shape[1] or f.shape == SCALAR:
+        return None
+    if f.op == "T":
+        inner = _matrix_power_of(f.args[0])
+        return None if inner is None else (inner[0], inner[1], not inner[2])
+    if f.op == "matrix_power":
+        return f.args[0], f.attr, False
+    if f.op == "inv":
+        return f.args[0], -1, False
+    return f, 1, False
+
+
+def _power_product(x: Expr, y: Expr):
+    """XᵃXᵇ as Xᵃ⁺ᵇ (through transposes: (Xᵃ)ᵀ(Xᵇ)ᵀ = (Xᵃ⁺ᵇ)ᵀ) when one of them is a
+    matrix_power or an inverse and |a + b| ≤ 64; else None (X X stays)."""
+    px, py = _matrix_power_of(x), _matrix_power_of(y)
+    if px is None or py is None or px[0] != py[0] or px[2] != py[2] \
+            or not any(f.op in ("matrix_power", "inv") or f.op == "T" and f.args[0].op in ("matrix_power", "inv")
+                       for f in (x, y)):
+        return None
+    k = px[1] + py[1]
+    if abs(k) > MAX_MATRIX_POWER:
+        return None
+    base = px[0]
+    power = ir.eye(base.shape[0]) if k == 0 else base if k == 1 else s_func("inv", base) if k == -1 \
+        else ir.func("matrix_power", base, attr=k)
+    return s_T(power) if px[2] else power
 
 
 def _inverse_pair(x: Expr, y: Expr) -> bool:

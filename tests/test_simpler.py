@@ -278,3 +278,19 @@ def test_identity_and_ones_fold_so_the_result_reads_back(expr, wrt, text, closed
     np.testing.assert_allclose(d.function(**{p: vals[p] for p in d.function.params}), closed(**vals))
     back = matcalc.derive(f"({text})*{wrt}", wrt=wrt, shapes={"X": ("n", "k"), "y": ("k",), "S": ("m", "m")})
     np.testing.assert_allclose(back.function(**{p: vals[p] for p in back.function.params}), closed(**vals))
+
+
+@pytest.mark.parametrize("expr, syntax, text, closed", [
+    # the |k| terms of d Xᵏ merge: was 2*matrix_power(X, 4).T + matrix_power(X, 3).T@X.T + …
+    ("tr(matrix_power(X, 5))", "matcalc", "5*matrix_power(X, 4).T", lambda X: 5 * np.linalg.matrix_power(X, 4).T),
+    ("tr(matrix_power(X, -3))", "matcalc", "-3*matrix_power(X, -4).T",
+     lambda X: -3 * np.linalg.matrix_power(np.linalg.inv(X), 4).T),
+    # MATLAB's X^k is matrix_power(X, k): det(X^-2) was a product of eight inverses
+    ("det(X^-2)", "matlab", "-2*det(X)^-2*inv(X)'", lambda X: -2 * np.linalg.det(X) ** -2 * np.linalg.inv(X).T),
+    ("trace(X^4)", "matlab", "4*(X^3)'", lambda X: 4 * np.linalg.matrix_power(X, 3).T),
+])
+def test_powers_of_one_matrix_merge(expr, syntax, text, closed):
+    d = matcalc.derive(expr, wrt="X", syntax=syntax)
+    assert d.text == text
+    X = 2 * np.eye(4) + np.random.default_rng(12).standard_normal((4, 4)) / 3
+    np.testing.assert_allclose(d.function(X=X), closed(X), rtol=1e-10)
