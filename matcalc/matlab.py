@@ -216,7 +216,7 @@ class MatlabPrinter(TextPrinter):
             negative, pos = _neg_split(e)
             fs = pos.args if pos.op == "mul" else (pos,)
             if len(fs) == 2 and fs[0].op == "const" and fs[1].op == "div" and fs[1].args[0].op == "const" \
-                    and fs[1].args[0].attr == 1.0:  # c*(1/x) prints as c./x
+                    and fs[1].args[0].attr == 1.0 and fs[1].args[0] not in self.names:  # c*(1/x) prints as c./x
                 d = fs[1].args[1]
                 s = f"{self.wrap(fs[0], PROD)}{'/' if d.shape == SCALAR else './'}{self.wrap(d, PROD, strict=True)}"
                 return (_minus(s) if negative else s), PROD

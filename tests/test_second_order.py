@@ -243,6 +243,20 @@ def test_vec_forms_match_their_dense_matrices_at_distinct_sizes():
         np.testing.assert_allclose(got, r.matrix(**inputs), rtol=1e-10, atol=1e-12, err_msg=text)
 
 
+@pytest.mark.parametrize("expr", ["sum(mean(X, 1)**2)", "sum(mean(X, 0)**2)", "sum(sum(X, 1)**2)"])
+def test_vec_forms_with_matrices_of_ones_evaluate_to_the_dense_matrix(expr):
+    # kron(2/size(X, 1)**2, I_n) lost its matrix of ones: it is kron(2*(1_q@1_q.T)/q**2, I_n)
+    import re
+
+    h = matcalc.hessian(expr, "X", shapes={"X": ("n", "q")})
+    n, q = 4, 3
+    X = np.random.default_rng(2).standard_normal((n, q))
+    text = re.sub(r"1_([nq])", lambda m: f"np.ones(({ {'n': n, 'q': q}[m.group(1)] }, 1))", h.kron)
+    env = {"np": np, "kron": np.kron, "I_n": np.eye(n), "I_q": np.eye(q), "size": lambda a, k: a.shape[k], "X": X}
+    got = eval(text, env)  # noqa: S307 - our own output, evaluated as the reader would
+    np.testing.assert_allclose(got, h.matrix(X=X), rtol=1e-12, err_msg=h.kron)
+
+
 def test_texts_reparse_with_the_differential_as_a_symbol():
     """dF's text, read back with dW declared like W, is the same linear map: the gradient of
     G:L[dW] wrt dW is the VJP."""
