@@ -599,8 +599,8 @@ def _np_softmax_axis(em, n, a, axis):
 def _np_kron(em, n, a):
     A, B = n.args
     x, y = em.as_2d(a[0], A.shape), em.as_2d(a[1], B.shape)
-    if em.mod == "torch":  # torch.kron fails on a non-contiguous operand (a transposed matrix)
-        x, y = f"{x}.contiguous()", f"{y}.contiguous()"
+    if em.mod == "torch":  # torch.kron fails on a transposed operand, even an n×1 one torch calls contiguous
+        x, y = (f"{v}.clone(memory_format=torch.contiguous_format)" for v in (x, y))
     return em.from_2d(f"{em.mod}.kron({x}, {y})", n.shape)
 
 

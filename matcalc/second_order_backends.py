@@ -54,8 +54,10 @@ HELPERS = {
     return x.reshape(-1, m.shape[1])
 ''',
         "_kron": '''def _kron(b, a):
-    """b ⊗ a (torch.kron wants contiguous operands; a transposed matrix is not)."""
-    return torch.kron(b.contiguous(), a.contiguous())
+    """b ⊗ a (torch.kron wants row-major strides: a transposed matrix, even one of n×1 that
+    torch calls contiguous, is copied to them)."""
+    return torch.kron(b.clone(memory_format=torch.contiguous_format),
+                      a.clone(memory_format=torch.contiguous_format))
 ''',
         "_comm": '''def _comm(m, p, q):
     """K_pq m: the rows of m permuted as vec(X) -> vec(Xᵀ) for a p×q X (K is never built)."""

@@ -450,3 +450,19 @@ def test_the_dense_matrix_of_a_row_declared_1_by_n_without_a_vec_form(backend):
         a = one(backend, A)
         M, H = to_numpy(backend, j.callable(backend).matrix(A=a)), to_numpy(backend, h.callable(backend).matrix(A=a))
     assert np.allclose(M, np.eye(4)) and np.allclose(H, 2 * np.eye(4))
+
+
+@pytest.mark.skipif("torch" not in INSTALLED, reason="needs torch")
+def test_torch_kron_of_a_transposed_column():
+    # Aᵀ of a 1×n A is n×1 with strides torch calls contiguous, and torch.kron raised on it
+    import torch
+
+    h = matcalc.hessian("tr(X@A@X@B)", "X", shapes={"X": ("n", "m"), "A": ("m", "n"), "B": ("m", "n")})
+    rng = np.random.default_rng(13)
+    vals = {"X": rng.standard_normal((3, 1)), "A": rng.standard_normal((1, 3)), "B": rng.standard_normal((1, 3))}
+    got = h.callable("torch").matrix(**{k: torch.from_numpy(v) for k, v in vals.items()})
+    np.testing.assert_allclose(got.numpy(), h.matrix(**vals), rtol=1e-12)
+    d = matcalc.derive("G:kron(A.T, X)", "X", shapes={"A": (1, "n"), "X": ("n", "m"), "G": ("n*n", "m")})
+    vals = {"A": rng.standard_normal((1, 3)), "X": rng.standard_normal((3, 2)), "G": rng.standard_normal((9, 2))}
+    got = d.callable("torch")(**{k: torch.from_numpy(v) for k, v in vals.items()})
+    np.testing.assert_allclose(got.numpy(), d.function(**vals), rtol=1e-12)
