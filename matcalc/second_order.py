@@ -1083,16 +1083,17 @@ def compute(kind: str, expr: str, wrt: list, shapes: dict, definitions, emit: bo
     return results, notes
 
 
-def json_object(r, report=None, key=None, notes=(), backend: str = "numpy") -> dict:
+def json_object(r, report=None, key=None, notes=(), backend: str = "numpy", several: bool = False) -> dict:
     """What ``matcalc hessian|jacobian --json`` prints for one variable (block): ``r.to_dict``
     plus the LaTeX of the left-hand sides (``lhs_latex``: H[dW] or dF; ``vec_lhs_latex``),
     ``wrt_latex``, the derivation as LaTeX (``steps_latex``) and text lines (``derivation``),
     ``notes`` (the Jacobian of a scalar) when there are any, ``definitions_latex`` (the names
-    the map uses, as LaTeX) and ``<backend>_source`` for ``--backend`` torch or jax."""
+    the map uses, as LaTeX) and ``<backend>_source`` for ``--backend`` torch or jax.  ``wrt``
+    is the pair for a block of a Hessian in ``several`` variables (and for an off-diagonal one)."""
     obj = r.to_dict(report)
     if backend != "numpy":
         obj[f"{backend}_source"] = r.source(backend)
-    if isinstance(key, tuple) and key[0] != key[1]:
+    if isinstance(key, tuple) and (key[0] != key[1] or several):
         obj["wrt"] = list(key)
     obj["wrt_latex"] = tex_name(r.wrt)
     obj["lhs_latex"] = (f"H[\\mathrm{{d}}{tex_name(r.wrt)}]" if r.kind == "hessian" else "\\mathrm{d}F")
@@ -1138,7 +1139,7 @@ def run_cli(args) -> int:
         if report is not None and not report.ok:
             status = max(status, check_status(report))
         if args.json:
-            obj = json_object(r, report, key, notes, args.backend)
+            obj = json_object(r, report, key, notes, args.backend, several=len(results) > 1)
             out.append(dumps(obj))
             continue
         if len(results) > 1:

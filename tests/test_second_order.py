@@ -393,7 +393,7 @@ def test_cli_text_steps_kron_latex_code():
     assert r.returncode == 0 and "Diag(softmax(x)) - softmax(x)@softmax(x).T" in r.stdout
     r = _cli("hessian", "G:(X@W)", "--wrt", "X", "--wrt", "W", "--json")
     objs = [json.loads(ln) for ln in r.stdout.splitlines() if ln.strip()]
-    assert [o["wrt"] for o in objs] == ["X", ["X", "W"], ["W", "X"], "W"]
+    assert [o["wrt"] for o in objs] == [["X", "X"], ["X", "W"], ["W", "X"], ["W", "W"]]  # (README: the pair)
     assert objs[0]["hessian"] == "0" and objs[1]["hessian"] == "G@dW.T"
 
 

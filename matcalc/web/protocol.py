@@ -242,9 +242,9 @@ def _second_order(kind: str, p: dict):
     for key, r in results.items():
         report = r.check() if p["check"] else None
         try:
-            obj = second_order.json_object(r, report, key, notes, first)
+            obj = second_order.json_object(r, report, key, notes, first, several=len(results) > 1)
         except MatcalcError as e:  # the first backend's source could not be written
-            obj = second_order.json_object(r, report, key, notes)
+            obj = second_order.json_object(r, report, key, notes, several=len(results) > 1)
             obj[f"{first}_error"] = str(e)
         out.append(_backend_sources(r, obj, backends))
     return out
