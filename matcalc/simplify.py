@@ -133,6 +133,10 @@ def _s_add(terms) -> Expr:
         coeffs[ones] += total
         total = 0.0
     items = [(shown[key], c) for key, c in coeffs.items() if c != 0.0]
+    diags = [(core, c) for core, c in items if core.op == "Diag"]
+    if len(diags) > 1:  # Diag(a) - Diag(b) = Diag(a - b)
+        merged = s_func("Diag", s_add(*[scale(c, core.args[0]) for core, c in diags]))
+        items = [it for it in items if it[0].op != "Diag"] + [(merged, 1.0)]
     if not items:
         return const(total, shape)
     full = any(core.shape == shape for core, _ in items)

@@ -628,3 +628,11 @@ def test_the_hessians_scalar_hint_skips_the_wrt():
     with pytest.raises(matcalc.ShapeError) as e:
         matcalc.hessian("alpha*x", "x")
     assert "x is a vector by the spelling" not in str(e.value)
+
+
+def test_diagonal_terms_of_a_vec_form_merge():
+    # Diag(6*x) + Diag(exp(x)) reads Diag(6*x + exp(x))
+    h = matcalc.hessian("sum(exp(x)) + sum(x**3)", "x")
+    assert h.kron == "Diag(6*x + exp(x))"
+    x = np.random.default_rng(14).standard_normal(5)
+    np.testing.assert_allclose(h.matrix(x=x), np.diag(6 * x + np.exp(x)), rtol=1e-12)
