@@ -630,9 +630,10 @@ def test_the_hessians_scalar_hint_skips_the_wrt():
     assert "x is a vector by the spelling" not in str(e.value)
 
 
-def test_diagonal_terms_of_a_vec_form_merge():
-    # Diag(6*x) + Diag(exp(x)) reads Diag(6*x + exp(x))
-    h = matcalc.hessian("sum(exp(x)) + sum(x**3)", "x")
-    assert h.kron == "Diag(6*x + exp(x))"
-    x = np.random.default_rng(14).standard_normal(5)
-    np.testing.assert_allclose(h.matrix(x=x), np.diag(6 * x + np.exp(x)), rtol=1e-12)
+def test_diagonal_terms_merge():
+    # Diag(x) - Diag(y) reads Diag(x - y): was sum(((Diag(x) - Diag(y))@A).T, 1)
+    d = matcalc.derive("sum((Diag(x) - Diag(y))@A@z)", "z")
+    assert d.text == "sum(A.T@Diag(x - y), 1)"
+    rng = np.random.default_rng(14)
+    x, y, z, A = rng.standard_normal(4), rng.standard_normal(4), rng.standard_normal(3), rng.standard_normal((4, 3))
+    np.testing.assert_allclose(d.function(x=x, y=y, z=z, A=A), A.T @ (x - y), rtol=1e-12)
