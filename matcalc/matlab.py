@@ -19,7 +19,7 @@ from .ops import REGISTRY
 from .errors import ParseError
 from .ir import SCALAR, Expr
 from .parse import Node, grammar_parser
-from .printing import ATOM, NEG, POST, POW, PROD, TextPrinter, _minus, _neg_split, fmt_number
+from .printing import ATOM, NEG, POST, POW, PROD, TextPrinter, _minus, _neg_split, exponent_text, fmt_number
 from .shapes import GREEK, _Typer
 
 # the binary operators: MATLAB spelling -> the mul node's value
@@ -252,7 +252,7 @@ class MatlabPrinter(TextPrinter):
             return f"sum(sum({self.wrap(a, PROD)}.*{self.wrap(b, PROD, strict=True)}))", ATOM
         if op == "pow":
             k = e.args[1]
-            ks = fmt_number(k.attr) if k.op == "const" else self.wrap(k, ATOM)
+            ks = exponent_text(k.attr) if k.op == "const" else self.wrap(k, ATOM)
             caret = "^" if e.args[0].shape == SCALAR else ".^"
             return f"{self.wrap(e.args[0], POST)}{caret}{ks}", POW
         if op == "T":

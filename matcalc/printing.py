@@ -1,7 +1,9 @@
 """Printing: matcalc text (re-parseable) and LaTeX, two visitors over the IR."""
 from __future__ import annotations
 
+import math
 import re
+from fractions import Fraction
 
 from . import ir
 from .ir import SCALAR, Expr
@@ -18,6 +20,36 @@ def fmt_number(v: float) -> str:
     if v == int(v) and abs(v) < 1e15:
         return str(int(v))
     return repr(v)
+
+
+def number_form(v: float):
+    """A number that rounding made long, as it was meant: (p, q) for p/q with q ≤ 12
+    (0.3333333333333333 is 1/3), ("log", k) for log k with k ≤ 20 (0.6931471805599453 is
+    log 2), each only where it is that float up to the last bit; else None (0.5 and 0.1 stay)."""
+    if v == 0.0 or len(repr(abs(v))) <= 8 or not math.isfinite(v):
+        return None
+    f = Fraction(v).limit_denominator(12)
+    if f.denominator > 1 and abs(float(f) - v) <= 4e-16 * abs(v):  # (1/3 - 1 rounds off -2/3 by one bit)
+        return abs(f.numerator), f.denominator
+    for k in range(2, 21):
+        if abs(v) == math.log(k):
+            return "log", k
+    return None
+
+
+def number_text(v: float) -> tuple:
+    """(text, precedence) of a number: 1/3, -log(2), 2.5."""
+    form = number_form(v)
+    if form is None:
+        return fmt_number(v), (ATOM if v >= 0 else NEG)
+    s = f"log({form[1]})" if form[0] == "log" else f"{form[0]}/{form[1]}"
+    return ("-" + s, NEG) if v < 0 else (s, ATOM if form[0] == "log" else PROD)
+
+
+def exponent_text(v: float) -> str:
+    """A constant exponent after **: -2, 0.5, (-2/3)."""
+    s, prec = number_text(v)
+    return s if prec == ATOM or s == fmt_number(v) else f"({s})"
 
 
 _neg_split = ir.negative_term
@@ -89,7 +121,7 @@ class TextPrinter:
         if op == "const":
             if e.shape[0] == 1 and e.shape[1] != 1:  # a row of ones reads 1.T
                 return fmt_number(e.attr) + ".T", (POST if e.attr >= 0 else NEG)
-            return fmt_number(e.attr), (ATOM if e.attr >= 0 else NEG)
+            return number_text(e.attr)
         if op == "eye":
             return "I", ATOM
         if op == "add":
@@ -135,7 +167,7 @@ class TextPrinter:
             return f"{a or self.wrap(e.args[0], FROB)}:{self.wrap(e.args[1], FROB, strict=True)}", FROB
         if op == "pow":
             k = e.args[1]
-            ks = fmt_number(k.attr) if k.op == "const" else self.wrap(k, ATOM)
+            ks = exponent_text(k.attr) if k.op == "const" else self.wrap(k, ATOM)
             return f"{self.wrap(e.args[0], POST)}**{ks}", POW
         if op == "T":
             return f"{self.wrap(e.args[0], POST)}.T", POST
@@ -268,6 +300,9 @@ class LatexPrinter(TextPrinter):
             return "\\mathrm{d}" + tex_name(e.attr), ATOM
         if op == "const":
             s = fmt_number(abs(e.attr)) if abs(e.attr) != 0.5 else "\\tfrac{1}{2}"  # ½, as on paper
+            form = number_form(e.attr)
+            if form is not None:  # 1/3 and log 2, not 0.3333333333333333
+                s = f"\\log {form[1]}" if form[0] == "log" else f"\\tfrac{{{form[0]}}}{{{form[1]}}}"
             prec = ATOM
             if e.shape != SCALAR and e.attr != 0.0:  # an array of c's: c times ones of its shape
                 ones = ("\\mathbf{1}^{\\top}" if e.shape[0] == 1 else "\\mathbf{1}" if e.shape[1] == 1
@@ -316,7 +351,11 @@ class LatexPrinter(TextPrinter):
             return f"{a or self.wrap(e.args[0], FROB)} : {self.wrap(e.args[1], FROB, strict=True)}", FROB
         if op == "pow":  # of an array: entrywise, A^{∘k} (A^{-1} and A^{2} would read as matrix powers)
             k = e.args[1]
+            form = number_form(k.attr) if k.op == "const" else None
             ks = fmt_number(k.attr) if k.op == "const" else self.p(k)[0]
+            if form is not None:
+                ks = ("-" if k.attr < 0 else "") + (f"\\log {form[1]}" if form[0] == "log"
+                                                    else f"\\tfrac{{{form[0]}}}{{{form[1]}}}")
             circ = "\\circ " if e.args[0].shape != SCALAR else ""
             return f"{{{self.wrap(e.args[0], ATOM)}}}^{{{circ}{ks}}}", POW
         if op == "T":

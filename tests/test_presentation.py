@@ -285,3 +285,19 @@ def test_the_objective_is_ell_in_latex_where_a_variable_is_lambda():
     assert "\\partial \\lambda" in matcalc.derive("x:x", wrt="x")._repr_latex_()
     h = matcalc.hessian("lambda*w:w", "w")
     assert "\\mathrm{d}^2\\ell" in h.steps_latex
+
+
+@pytest.mark.parametrize("expr, wrt, text, tex", [
+    ("sum(exp(z)/(2 + exp(z)))", "z", "sigmoid(z - log(2))*(1 - sigmoid(z - log(2)))", "\\log 2"),
+    ("sum(X**(1/3))", "X", "1/3*X**(-2/3)", "-\\tfrac{2}{3}"),  # was 0.3333333333333333*X**-0.6666666666666667
+])
+def test_numbers_that_rounding_made_long_print_as_meant(expr, wrt, text, tex):
+    import numpy as np
+
+    d = matcalc.derive(expr, wrt=wrt)
+    assert d.text == text and tex in d.latex
+    matcalc.derive(f"sum(({text})*{wrt})", wrt=wrt)  # the text reads back
+    v = np.random.default_rng(15).uniform(0.5, 2.0, (3, 4) if wrt == "X" else 3)
+    text_value = eval(text.replace("sigmoid", "_s").replace("log", "np.log"),  # noqa: S307 - our own output
+                      {"np": np, "_s": lambda t: 1 / (1 + np.exp(-t)), wrt: v})
+    np.testing.assert_allclose(d.function(**{wrt: v}), text_value, rtol=1e-14)
