@@ -140,6 +140,12 @@ class Typed:
     notes: list = None            # NotationWarnings: accepted, but probably not what was meant
 
 
+# names that usually stand for a number (a step size, a tolerance), vectors by their spelling:
+# a note says how to declare them numbers
+NUMBER_LIKE_NAMES = frozenset({"eps", "lr", "reg", "lam", "lmbda", "tol", "temp", "temperature", "wd",
+                               "decay", "momentum", "margin", "scale", "coef", "const", "rate", "step_size"})
+
+
 class _Typer:
     allow_one = False  # may unification make a dimension 1 (only in A:B, see frob)
 
@@ -307,6 +313,9 @@ class _Typer:
             else:
                 kind = self.kind_of(name)
                 spec = tuple(self.fresh() for _ in range(kind))
+                if kind == 1 and name.lower() in NUMBER_LIKE_NAMES:
+                    self.note(node, f"{name} is a vector by the spelling of its name (lower case, not Greek); "
+                                    f"if it is a number, declare it: shapes={{'{name}': ()}}, --shape {name}=scalar")
             shape = {0: (1, 1), 1: (spec[0], 1) if spec else None, 2: tuple(spec)}[kind]
             self.sym_shape[name] = shape
             self.sym_kind[name] = kind

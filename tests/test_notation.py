@@ -105,3 +105,11 @@ def test_cli_refusal_hint_exit_2(capsys):
     code = cli.run(["derive", "sum(A.*B)", "--wrt", "A"])
     _, err = capsys.readouterr()
     assert code == 2 and ".*" in err and "^" in err.splitlines()[-1]
+
+
+def test_a_name_that_usually_is_a_number_gets_a_note_when_it_is_a_vector():
+    with pytest.warns(matcalc.NotationWarning, match="eps is a vector by the spelling of its name"):
+        matcalc.derive("sum(x/sqrt(x:x + eps))", wrt="x")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", matcalc.NotationWarning)
+        matcalc.derive("sum(x/sqrt(x:x + eps))", wrt="x", shapes={"eps": ()})  # declared: no note
