@@ -795,11 +795,12 @@ register(Op("kron", _kron_rule, nargs=2, jvp=_jvp_kron, rule="d(A⊗B) = dA⊗B 
             torch=_np_kron, jax=_np_kron))
 register(Op("vec", _vec_rule, jvp=_jvp_linear, view=True, rule="d vec(X) = vec(dX)", scalar_form=lambda a, attr: a,
             transpose=lambda n, c, lin: ([(0, _ir().func("unvec", c, attr=n.args[0].shape))], "frob_vec"),
+            vec=_vec_form_rule("vec"),
             numpy=_np_vec, latex="\\operatorname{vec}",
             torch=_fw_vec, jax=_fw_vec))
 register(Op("unvec", _unvec_rule, view=True, jvp=lambda e, d: None if d[0] is None else _ir().func("unvec", d[0], attr=e.shape),
             rule="d vec⁻¹(v) = vec⁻¹(dv)", user=False, scalar_form=lambda a, attr: a,
-            transpose=lambda n, c, lin: ([(0, _ir().func("vec", c))], "frob_unvec"),
+            transpose=lambda n, c, lin: ([(0, _ir().func("vec", c))], "frob_unvec"), vec=_vec_form_rule("unvec"),
             numpy=_np_unvec, latex="\\operatorname{vec}^{-1}",
             torch=_fw_unvec, jax=_fw_unvec))
 register(Op("kron_blocks", _blocks_rule, nargs=2, user=False,

@@ -118,6 +118,12 @@ def _identity(f) -> bool:
     return isinstance(f, Kron) and (_is_eye(f.A) or _is_one(f.A)) and (_is_eye(f.B) or _is_one(f.B))
 
 
+def _same_size(a: tuple, b: tuple) -> bool:
+    """Whether two products of dimensions are one size ((a*b,) and (a, b) are)."""
+    flat = lambda ds: sorted(str(f) for d in ds for f in ir.dim_factors(d) if f != 1)  # noqa: E731
+    return flat(a) == flat(b)
+
+
 def kron(B: Expr, A: Expr) -> Kron:
     """B ⊗ A; B ⊗ 1 is the plain matrix B, kept as 1 ⊗ B."""
     return Kron(A, B) if _is_one(A) and not _is_one(B) else Kron(B, A)
@@ -125,9 +131,9 @@ def kron(B: Expr, A: Expr) -> Kron:
 
 def fold(f, g):
     """f @ g as one factor, or None if they do not fold."""
-    if _identity(g) and f.cols == g.rows:
+    if _identity(g) and _same_size(f.cols, g.rows):
         return f
-    if _identity(f) and f.cols == g.rows:
+    if _identity(f) and _same_size(f.cols, g.rows):
         return g
     if isinstance(f, Kron) and isinstance(g, Kron):
         if f.A.shape[1] == g.A.shape[0] and f.B.shape[1] == g.B.shape[0]:
@@ -443,7 +449,7 @@ class VecForm:
         def apply(f, M):
             if isinstance(f, Kron):
                 if _is_one(f.B) and f.A.op != "eye" and not _is_one(f.A):
-                    return matmul(as2d(f.A), M)
+                    return matmul(mat(f.A), M)
                 helpers.add("_kron_apply")
                 return f"_kron_apply({int_or_mat(f.B)}, {int_or_mat(f.A)}, {M})"
             if isinstance(f, Comm):
@@ -701,6 +707,14 @@ def _r_T(e, forms, lin):
     if p == 1 or q == 1:
         return forms[0]
     return forms[0].then(Comm(p, q))
+
+
+def _r_vec(e, forms, lin):
+    """vec(vec(L)) = vec(L), and vec(vec⁻¹(l)) = l: the same map, its rows a column."""
+    return VecForm(forms[0].terms, _rows(e), forms[0].cols)
+
+
+_r_unvec = _r_vec
 
 
 def _r_frob(e, forms, lin):

@@ -243,6 +243,28 @@ def test_vec_forms_match_their_dense_matrices_at_distinct_sizes():
         np.testing.assert_allclose(got, r.matrix(**inputs), rtol=1e-10, atol=1e-12, err_msg=text)
 
 
+@pytest.mark.parametrize("kind, expr, kron, dense", [
+    # vec(·) of a linear map is the same map (.kron was None)
+    ("jacobian", "vec(A@X@B)", "kron(B.T, A)", lambda A, X, B: np.kron(B.T, A)),
+    ("jacobian", "vec(X.T)", "K_nq", None),
+    ("hessian", "vec(X).T@S@vec(X)", "S + S.T", lambda S, X: S + S.T),
+])
+def test_vec_forms_through_vec(kind, expr, kron, dense):
+    shapes = {"A": ("m", "n"), "X": ("n", "q"), "B": ("q", "p"), "S": ("n*q", "n*q")}
+    r = getattr(matcalc, kind)(expr, "X", shapes={k: v for k, v in shapes.items() if k in expr})
+    assert r.kron == kron
+    rng = np.random.default_rng(16)
+    sizes = {"m": 5, "n": 4, "q": 3, "p": 2}
+    size = lambda d: int(np.prod([sizes[f] for f in d.split("*")]))  # noqa: E731
+    vals = {k: rng.standard_normal(tuple(size(d) for d in v)) for k, v in shapes.items() if k in expr}
+    M = r.matrix(**vals)
+    if dense is not None:
+        np.testing.assert_allclose(M, dense(**vals), rtol=1e-12)
+    else:  # K vec(X) = vec(Xᵀ)
+        X = vals["X"]
+        np.testing.assert_array_equal(M @ X.reshape(-1, order="F"), X.T.reshape(-1, order="F"))
+
+
 @pytest.mark.parametrize("expr", ["sum(mean(X, 1)**2)", "sum(mean(X, 0)**2)", "sum(sum(X, 1)**2)"])
 def test_vec_forms_with_matrices_of_ones_evaluate_to_the_dense_matrix(expr):
     # kron(2/size(X, 1)**2, I_n) lost its matrix of ones: it is kron(2*(1_q@1_q.T)/q**2, I_n)
