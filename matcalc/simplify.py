@@ -133,6 +133,14 @@ def _s_add(terms) -> Expr:
         coeffs[ones] += total
         total = 0.0
     items = [(shown[key], c) for key, c in coeffs.items() if c != 0.0]
+    dens: dict = {}
+    for core, c in items:
+        if core.op == "div" and core.args[1].shape == SCALAR and core.args[0].shape == core.shape:
+            dens.setdefault(core.args[1], []).append((core, c))
+    for den, group in dens.items():  # a/d + b/d = (a + b)/d
+        if len(group) > 1:
+            merged = s_div(s_add(*[scale(c, core.args[0]) for core, c in group]), den)
+            items = [it for it in items if not (it[0].op == "div" and it[0].args[1] is den)] + [(merged, 1.0)]
     diags = [(core, c) for core, c in items if core.op == "Diag"]
     if len(diags) > 1:  # Diag(a) - Diag(b) = Diag(a - b)
         merged = s_func("Diag", s_add(*[scale(c, core.args[0]) for core, c in diags]))
@@ -618,8 +626,8 @@ def _cancel_quotient(c, rest, denominators):
     for b in common:
         k = num[b] - den[b]
         num[b], den[b] = max(k, 0.0), max(-k, 0.0)
-    rest = [s_pow(b, const(k)) for b, k in num.items() if k != 0.0]
-    dens = [s_pow(b, const(k)) for b, k in den.items() if k != 0.0]
+    rest = [_power(b, k) for b, k in num.items() if k != 0.0]
+    dens = [_power(b, k) for b, k in den.items() if k != 0.0]
     return c, rest, ([s_mul(*dens)] if dens else [])
 
 
@@ -652,8 +660,21 @@ def _ratio(a: float, b: float):
 
 
 def _base_exponent(f: Expr):
-    """(b, k) for f = b**k with a constant k, else (f, 1)."""
-    return (f.args[0], f.args[1].attr) if f.op == "pow" and f.args[1].op == "const" else (f, 1.0)
+    """(b, k) for f = b**k with a constant k, sqrt(b)**k (k/2) or sqrt(b) (1/2), else (f, 1)."""
+    if f.op == "sqrt":
+        return f.args[0], 0.5
+    if f.op == "pow" and f.args[1].op == "const":
+        if f.args[0].op == "sqrt":
+            return f.args[0].args[0], 0.5 * f.args[1].attr
+        return f.args[0], f.args[1].attr
+    return f, 1.0
+
+
+def _power(b: Expr, k: float) -> Expr:
+    """b**k, an odd multiple of 1/2 as a power of sqrt(b): sqrt(b)**3, not b**1.5."""
+    if (2 * k) % 2 == 1:
+        return s_pow(s_func("sqrt", b), const(2 * k))
+    return s_pow(b, const(k))
 
 
 def _collect_powers(fs):
@@ -666,7 +687,7 @@ def _collect_powers(fs):
         exps[base] = exps.get(base, 0.0) + k
     if len(exps) == len(fs):
         return fs
-    return [s_pow(b, const(k)) for b, k in exps.items()]
+    return [_power(b, k) for b, k in exps.items()]
 
 
 def s_pow(a: Expr, k: Expr) -> Expr:

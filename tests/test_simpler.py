@@ -294,3 +294,21 @@ def test_powers_of_one_matrix_merge(expr, syntax, text, closed):
     assert d.text == text
     X = 2 * np.eye(4) + np.random.default_rng(12).standard_normal((4, 4)) / 3
     np.testing.assert_allclose(d.function(X=X), closed(X), rtol=1e-10)
+
+
+@pytest.mark.parametrize("expr, wrt, text, closed", [
+    # a/d + b/d = (a + b)/d, then the products group: was A.T@x/(x.T@x) + A@x/(x.T@x) - …
+    ("x.T@A@x/(x.T@x)", "x", "(A.T + A)@x/(x.T@x) - 2*(x.T@A@x)*x/(x.T@x)**2",
+     lambda x, A, S: (A.T + A) @ x / (x @ x) - 2 * (x @ A @ x) * x / (x @ x) ** 2),
+    # sqrt(b) is b**0.5 where powers of b cancel: was -0.5*det(S)*inv(S).T/sqrt(det(S))**3
+    ("1/sqrt(det(S))", "S", "-0.5*inv(S).T/sqrt(det(S))",
+     lambda x, A, S: -0.5 * np.linalg.inv(S).T / np.sqrt(np.linalg.det(S))),
+    ("sum(sqrt(x)*x)", "x", "1.5*sqrt(x)", lambda x, A, S: 1.5 * np.sqrt(x)),
+])
+def test_quotients_over_one_denominator_and_square_roots(expr, wrt, text, closed):
+    d = matcalc.derive(expr, wrt=wrt)
+    assert d.text == text
+    rng = np.random.default_rng(17)
+    vals = {"x": rng.uniform(0.5, 2.0, 4), "A": rng.standard_normal((4, 4)),
+            "S": 2 * np.eye(4) + rng.standard_normal((4, 4)) / 4}
+    np.testing.assert_allclose(d.function(**{p: vals[p] for p in d.function.params}), closed(**vals), rtol=1e-10)
