@@ -15,7 +15,7 @@ import weakref
 
 from . import ir
 from .ir import SCALAR, Expr, const
-from .ops import MAX_MATRIX_POWER, REGISTRY, broadcast_axis, count
+from .ops import MAX_MATRIX_POWER, REGISTRY, axis_count, broadcast_axis, count
 from .symmetric import symmetric_form
 
 _cache: "weakref.WeakKeyDictionary[Expr, Expr]" = weakref.WeakKeyDictionary()
@@ -347,13 +347,14 @@ def s_mul(*fs: Expr) -> Expr:
             denominators.append(d0)
         else:
             rest.append(f)
-    for f in list(rest):  # (its number of entries)∘mean(X) = sum(X)
-        if f.op == "mean" and f.attr is None:
-            dims = factors(count(f.args[0].shape))  # (a size declared as a number is a const: left alone)
+    for f in list(rest):  # (its number of entries)∘mean(X) = sum(X), along an axis too
+        if f.op == "mean":
+            n = count(f.args[0].shape) if f.attr is None else axis_count(f.args[0].shape, f.attr)
+            dims = factors(n)  # (a size declared as a number is a const: left alone)
             if all(g.op == "dim" for g in dims) and all(rest.count(g) >= dims.count(g) for g in dims):
                 for g in dims:
                     rest.remove(g)
-                rest[rest.index(f)] = s_func("sum", f.args[0])
+                rest[rest.index(f)] = s_func("sum", f.args[0], attr=f.attr)
     for f in list(rest):  # sign(u)∘u = |u| (log|det X|'s derivative: sign(d) d / |d|)
         if f.op == "sign" and f.args[0] in rest and f.args[0].shape == f.shape:
             rest.remove(f)
@@ -763,6 +764,10 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
     if name == "sum" and attr is not None and a.op == "matmul" and a.args[0].shape[1] == 1:
         u, v = a.args  # an outer product u vᵀ: along its rows u sum(v), along its columns sum(u) vᵀ
         return s_mul(u, s_func("sum", v)) if attr == 1 else s_mul(s_func("sum", u), v)
+    if name == "sum" and attr is not None and a.shape[0] != 1 and a.shape[1] != 1:
+        along = _sum_along(a, attr)
+        if along is not None:
+            return along
     if name == "matrix_power" and attr in (0, 1):  # X⁰ = I, X¹ = X
         return ir.eye(a.shape[0]) if attr == 0 else a
     if attr is not None or op.nargs != 1:
@@ -792,6 +797,44 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
     if name == "unvec" and a.op == "vec":
         return a.args[0]
     return ir.func(name, a, attr=attr)
+
+
+def _constant_along(f: Expr, axis: int):
+    """v where f is v spread along ``axis`` (u@1ᵀ along the rows: u; 1@v down the columns:
+    v; a number: itself), else None."""
+    if f.shape == SCALAR:
+        return f
+    if f.op == "matmul":
+        u, v = f.args
+        ones = v if axis == 1 else u
+        if ones.op == "const" and ones.attr == 1.0 and (ones.shape[0] == 1 if axis == 1 else ones.shape[1] == 1):
+            return u if axis == 1 else v
+    return None
+
+
+def _sum_along(a: Expr, axis: int):
+    """sum(a, axis) rewritten, or None: a factor (or divisor) constant along the axis comes
+    out, sum(u@1ᵀ∘C, 1) = u∘sum(C, 1); a sum of terms is summed term by term where that is
+    shorter."""
+    if a.op in ("mul", "div"):
+        fs = list(a.args) if a.op == "mul" else [a.args[0]]
+        out = [_constant_along(f, axis) for f in fs]
+        if a.op == "div":
+            d = _constant_along(a.args[1], axis)
+            if d is None or a.args[1].shape == SCALAR:
+                return None
+            out.append(s_div(const(1.0), d))
+            fs.append(None)
+        pulled = [v for v, f in zip(out, fs) if v is not None]
+        rest = [f for v, f in zip(out, fs) if v is None and f is not None]
+        if not pulled or not rest or ir._broadcast([f.shape for f in rest]) != a.shape:
+            return None
+        return s_mul(*pulled, s_func("sum", s_mul(*rest), attr=axis))
+    if a.op == "add" and all(t.shape == a.shape for t in a.args):
+        split = s_add(*[s_func("sum", t, attr=axis) for t in a.args])
+        if ir.tree_size(split) < ir.tree_size(a):
+            return split
+    return None
 
 
 def _transposed_entries(a: Expr):

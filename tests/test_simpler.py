@@ -312,3 +312,17 @@ def test_quotients_over_one_denominator_and_square_roots(expr, wrt, text, closed
     vals = {"x": rng.uniform(0.5, 2.0, 4), "A": rng.standard_normal((4, 4)),
             "S": 2 * np.eye(4) + rng.standard_normal((4, 4)) / 4}
     np.testing.assert_allclose(d.function(**{p: vals[p] for p in d.function.params}), closed(**vals), rtol=1e-10)
+
+
+def test_a_row_norm_gradient_pulls_row_constants_out_of_row_sums():
+    # layer norm over rows: sum(X - mean(X, 1)@1.T, 1) = 0 and sum(u@1.T∘C, 1) = u∘sum(C, 1)
+    # (the gradient was 462 characters, with that zero sum in it)
+    d = matcalc.derive("G:((X - mean(X,1))/sqrt(mean((X - mean(X,1))**2,1) + eps))", wrt="X", shapes={"eps": ()})
+    assert len(d.text) < 300 and "sum(X - mean(X, 1)@1.T, 1)" not in d.text
+    rng = np.random.default_rng(18)
+    G, X, eps = rng.standard_normal((3, 5)), rng.standard_normal((3, 5)), 0.1
+    m = X.mean(1, keepdims=True)
+    s = np.sqrt(((X - m) ** 2).mean(1, keepdims=True) + eps)
+    xh = (X - m) / s
+    want = (G - G.mean(1, keepdims=True) - xh * (G * xh).mean(1, keepdims=True)) / s  # the textbook form
+    np.testing.assert_allclose(d.function(G=G, X=X, eps=eps), want, rtol=1e-10)
