@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import math
 import re
-from fractions import Fraction
 
 from . import ir
 from .ir import SCALAR, Expr
@@ -28,6 +27,8 @@ def number_form(v: float):
     log 2), each only where it is that float up to the last bit; else None (0.5 and 0.1 stay)."""
     if v == 0.0 or len(repr(abs(v))) <= 8 or not math.isfinite(v):
         return None
+    from fractions import Fraction  # (only for such a number: the import takes 4 ms)
+
     f = Fraction(v).limit_denominator(12)
     if f.denominator > 1 and abs(float(f) - v) <= 4e-16 * abs(v):  # (1/3 - 1 rounds off -2/3 by one bit)
         return abs(f.numerator), f.denominator
