@@ -286,7 +286,7 @@ def _factor(items, total, shape):
                     return s_matmul(first, others) if side == 0 else s_matmul(others, first)
     grouped = _group_products(items, shape)
     if grouped is not None:
-        return grouped
+        return s_add(grouped, const(total)) if total != 0.0 else grouped
     mags = {abs(c) for _, c in items}
     if total != 0.0:
         mags.add(abs(total))
@@ -918,11 +918,14 @@ def _logdet(X: Expr) -> Expr:
 def _summed(den: Expr, node: bool = False):
     """X for den = sum(X), or sum(X, axis) spread back over X's shape (1@sum(X, 0),
     sum(X, 1)@1ᵀ); with ``node`` that sum itself; else None."""
-    if den.op == "matmul":
-        ones, s = den.args if den.args[0].op == "const" else den.args[::-1]
-        if not (ones.op == "const" and ones.attr == 1.0 and s.op == "sum" and s.attr is not None):
+    if den.op == "matmul":  # 1@sum(X, 0) (a column of ones first) or sum(X, 1)@1ᵀ (a row of ones last)
+        a, b = den.args
+        if a.op == "const" and a.attr == 1.0 and a.shape[1] == 1 and b.op == "sum" and b.attr == 0:
+            den = b
+        elif b.op == "const" and b.attr == 1.0 and b.shape[0] == 1 and a.op == "sum" and a.attr == 1:
+            den = a
+        else:
             return None
-        den = s
     if den.op != "sum":
         return None
     return den if node else den.args[0]

@@ -326,3 +326,26 @@ def test_a_row_norm_gradient_pulls_row_constants_out_of_row_sums():
     xh = (X - m) / s
     want = (G - G.mean(1, keepdims=True) - xh * (G * xh).mean(1, keepdims=True)) / s  # the textbook form
     np.testing.assert_allclose(d.function(G=G, X=X, eps=eps), want, rtol=1e-10)
+
+
+def test_a_number_in_a_sum_stays_when_products_in_it_are_grouped():
+    # b + Aᵀx + Ax grouped to b + (Aᵀ + A)x dropped a number added to the same sum
+    rng = np.random.default_rng(19)
+    A, B, x, y = rng.standard_normal((4, 3)), rng.standard_normal((4, 3)), rng.standard_normal(3), rng.standard_normal(4)
+    d = matcalc.derive("sum(exp(A@x + B@x + y + 3))", wrt="y")
+    np.testing.assert_allclose(d.function(A=A, B=B, x=x, y=y), np.exp(A @ x + B @ x + y + 3), rtol=1e-12)
+    X, C = rng.standard_normal((5, 4)), rng.standard_normal((5, 3))
+    d = matcalc.derive("sum(sin(X@A + X@B + C - 1.5))", wrt="C")
+    np.testing.assert_allclose(d.function(X=X, A=A, B=B, C=C), np.cos(X @ A + X @ B + C - 1.5), rtol=1e-12)
+
+
+def test_only_a_sum_spread_over_the_array_makes_a_softmax():
+    # sum(exp(Z), 0)@1 is the sum of every entry (a 1×1), not the column sums spread out
+    rng = np.random.default_rng(20)
+    Y, Z = rng.standard_normal((4, 3)), rng.standard_normal((4, 3))
+    d = matcalc.derive("sum(Y*log(exp(Z)/(sum(exp(Z),0)@1)))", wrt="Z")
+    want = Y - Y.sum() * np.exp(Z) / np.exp(Z).sum()
+    np.testing.assert_allclose(d.function(Y=Y, Z=Z), want, rtol=1e-10)
+    d = matcalc.derive("sum(Y*log(exp(Z)/(1@sum(exp(Z),0))))", wrt="Z")  # the column sums spread: softmax
+    assert "softmax(Z, 0)" in d.text
+    np.testing.assert_allclose(d.function(Y=Y, Z=Z), Y - Y.sum(0) * np.exp(Z) / np.exp(Z).sum(0), rtol=1e-10)
