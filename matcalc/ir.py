@@ -304,6 +304,18 @@ def rebuild(outputs, fn) -> list:
     return [memo[o] for o in outputs]
 
 
+def chain_factors(e: Expr) -> list:
+    """The factors of a matrix product A(BC)D, left to right."""
+    out, stack = [], [e]
+    while stack:
+        f = stack.pop()
+        if f.op == "matmul":
+            stack.extend(reversed(f.args))
+        else:
+            out.append(f)
+    return out
+
+
 def use_counts(outputs) -> dict:
     """node -> how many argument slots refer to it, over the given roots."""
     uses: dict = {}

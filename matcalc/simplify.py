@@ -530,18 +530,6 @@ def _tcost(e: Expr) -> int:
     return 1
 
 
-def _chain_factors(e: Expr) -> list:
-    """The factors of a matrix product A(BC)D, left to right."""
-    out, stack = [], [e]
-    while stack:
-        f = stack.pop()
-        if f.op == "matmul":
-            stack.extend(reversed(f.args))
-        else:
-            out.append(f)
-    return out
-
-
 def s_T(a: Expr) -> Expr:
     r, c = a.shape
     if a.op == "T":
@@ -557,7 +545,7 @@ def s_T(a: Expr) -> Expr:
         if sc:
             return s_mul(*sc, s_T(arr))
     if a.op == "matmul":  # (ABᵀC)ᵀ = CᵀBAᵀ when that has no more transposes (a flat chain reads better)
-        fs = _chain_factors(a)
+        fs = ir.chain_factors(a)
         if sum(_tcost(f) for f in fs) <= 1 + sum(f.op == "T" for f in fs):
             out = s_T(fs[-1])
             for f in reversed(fs[:-1]):

@@ -105,13 +105,7 @@ def _canon(e: Expr, names: frozenset, transpose: bool = False):
     if op in ("eye", "const") or (op == "sym" and e.attr in names):
         return (op, e.attr, e.shape if not transpose else e.shape[::-1])
     if op == "matmul":
-        factors, stack = [], [e]
-        while stack:
-            f = stack.pop()
-            if f.op == "matmul":
-                stack.extend(reversed(f.args))
-            else:
-                factors.append(f)
+        factors = ir.chain_factors(e)
         if transpose:
             factors.reverse()
         fs = []
