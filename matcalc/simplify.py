@@ -137,14 +137,14 @@ def _s_add(terms) -> Expr:
     for core, c in items:
         if core.op == "div" and core.args[1].shape == SCALAR and core.args[0].shape == core.shape:
             dens.setdefault(core.args[1], []).append((core, c))
-    for den, group in dens.items():  # a/d + b/d = (a + b)/d
+    for group in dens.values():  # a/d + b/d = (a + b)/d
         if len(group) > 1:
-            merged = s_div(s_add(*[scale(c, core.args[0]) for core, c in group]), den)
-            items = [it for it in items if not (it[0].op == "div" and it[0].args[1] is den)] + [(merged, 1.0)]
+            merged = s_div(s_add(*[scale(c, core.args[0]) for core, c in group]), group[0][0].args[1])
+            items = [it for it in items if it not in group] + ([] if is_zero(merged) else [(merged, 1.0)])
     diags = [(core, c) for core, c in items if core.op == "Diag"]
     if len(diags) > 1:  # Diag(a) - Diag(b) = Diag(a - b)
         merged = s_func("Diag", s_add(*[scale(c, core.args[0]) for core, c in diags]))
-        items = [it for it in items if it[0].op != "Diag"] + [(merged, 1.0)]
+        items = [it for it in items if it[0].op != "Diag"] + ([] if is_zero(merged) else [(merged, 1.0)])
     if not items:
         return const(total, shape)
     full = any(core.shape == shape for core, _ in items)
