@@ -303,7 +303,7 @@ class LatexPrinter(TextPrinter):
             s = fmt_number(abs(e.attr)) if abs(e.attr) != 0.5 else "\\tfrac{1}{2}"  # ½, as on paper
             form = number_form(e.attr)
             if form is not None:  # 1/3 and log 2, not 0.3333333333333333
-                s = f"\\log {form[1]}" if form[0] == "log" else f"\\tfrac{{{form[0]}}}{{{form[1]}}}"
+                s = f"\\log({form[1]})" if form[0] == "log" else f"\\tfrac{{{form[0]}}}{{{form[1]}}}"
             prec = ATOM
             if e.shape != SCALAR and e.attr != 0.0:  # an array of c's: c times ones of its shape
                 ones = ("\\mathbf{1}^{\\top}" if e.shape[0] == 1 else "\\mathbf{1}" if e.shape[1] == 1
@@ -355,7 +355,7 @@ class LatexPrinter(TextPrinter):
             form = number_form(k.attr) if k.op == "const" else None
             ks = fmt_number(k.attr) if k.op == "const" else self.p(k)[0]
             if form is not None:
-                ks = ("-" if k.attr < 0 else "") + (f"\\log {form[1]}" if form[0] == "log"
+                ks = ("-" if k.attr < 0 else "") + (f"\\log({form[1]})" if form[0] == "log"
                                                     else f"\\tfrac{{{form[0]}}}{{{form[1]}}}")
             circ = "\\circ " if e.args[0].shape != SCALAR else ""
             return f"{{{self.wrap(e.args[0], ATOM)}}}^{{{circ}{ks}}}", POW

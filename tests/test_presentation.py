@@ -288,7 +288,7 @@ def test_the_objective_is_ell_in_latex_where_a_variable_is_lambda():
 
 
 @pytest.mark.parametrize("expr, wrt, text, tex", [
-    ("sum(exp(z)/(2 + exp(z)))", "z", "sigmoid(z - log(2))*(1 - sigmoid(z - log(2)))", "\\log 2"),
+    ("sum(exp(z)/(2 + exp(z)))", "z", "sigmoid(z - log(2))*(1 - sigmoid(z - log(2)))", "\\log(2)"),
     ("sum(X**(1/3))", "X", "1/3*X**(-2/3)", "-\\tfrac{2}{3}"),  # was 0.3333333333333333*X**-0.6666666666666667
 ])
 def test_numbers_that_rounding_made_long_print_as_meant(expr, wrt, text, tex):
