@@ -51,11 +51,16 @@ def build(kind: str, kids: list, source: str) -> Node | None:
     return None
 
 
+def _greek(name: str) -> bool:
+    """A Greek name (alpha, lambda2, α): a number in either syntax."""
+    base = re.sub(r"[\d_]+$", "", name) or name
+    return base in GREEK or "\u03b1" <= name[0] <= "\u03c9"
+
+
 def matlab_kind(name: str) -> int:
     """0 scalar, 1 vector, 2 matrix by matrixcalculus.org's convention: a–g scalars,
     h–z vectors, A–Z matrices; Greek names (alpha, lambda, …) scalars."""
-    base = re.sub(r"[\d_]+$", "", name) or name
-    if base in GREEK or "\u03b1" <= name[0] <= "\u03c9":
+    if _greek(name):
         return 0
     if name[0].isupper():
         return 2
@@ -75,8 +80,7 @@ class MatlabTyper(_Typer):
         return matlab_kind(name)
 
     def why_number(self, name):
-        base = re.sub(r"[\d_]+$", "", name) or name
-        if base in GREEK or "\u03b1" <= name[0] <= "\u03c9":
+        if _greek(name):
             return "by its Greek name"
         return "by the MATLAB syntax's naming, where a–g are numbers, h–z vectors and A–Z matrices"
 
