@@ -789,6 +789,15 @@ register(Op("softmax_all", same_shape, jvp=lambda e, d: None if d[0] is None els
             text=lambda p, e: f"exp({p.p(e.args[0])[0]} - logsumexp({p.p(e.args[0])[0]}))",
             latex="\\operatorname{softmax}",
             torch=_fw_softmax_all, jax=_fw_softmax_all))
+# a∘log(b) with 0 where a = 0: the emitted form of xᵏ∘log(x), d(xᵏ)/dk, which is 0 at x = 0
+# for k > 0 where the product is 0·(−∞) (optimize.stable_forms; not user syntax)
+register(Op("xlogy", lambda u, s, attr: _ir()._broadcast(s), nargs=2, user=False,
+            jvp=lambda e, d: _sum_opt([d[0] and _ir().mul(_ir().func("log", e.args[1]), d[0]),
+                                       d[1] and _ir().mul(_ir().div(e.args[0], e.args[1]), d[1])]),
+            rule="d(A∘log B) = log(B)∘dA + (A⊘B)∘dB", numpy="_xlogy({0}, {1})", helpers=("_xlogy",),
+            text=lambda p, e: f"{p.wrap(e.args[0], 3)}*log({p.p(e.args[1])[0]})",
+            latex=lambda p, e: (f"{p.wrap(e.args[0], 3)} \\circ \\log\\left({p.p(e.args[1])[0]}\\right)", 3),
+            torch="torch.xlogy({0}, {1})", jax="jax.scipy.special.xlogy({0}, {1})"))
 register(Op("kron", _kron_rule, nargs=2, jvp=_jvp_kron, rule="d(A⊗B) = dA⊗B + A⊗dB", transpose=_t_kron,
             numpy=_np_kron, latex=lambda p, e: (f"{p.wrap(e.args[0], 3)} \\otimes {p.wrap(e.args[1], 3, True)}", 2),
             cost=lambda n, size: size(n.shape[0]) * size(n.shape[1]),

@@ -230,10 +230,33 @@ def _c_plus_exp(e: Expr):
     return None
 
 
+def _xlogx_power(a: Expr, b: Expr):
+    """xlogy(p, x) for a, b = p, log(x) (either order) with p = xᵏ or p = xlogy(·, x) (xᵏ
+    log²x, the second derivative), else None."""
+    for p, lg in ((a, b), (b, a)):
+        if lg.op == "log" and (p.op == "pow" and p.args[0] == lg.args[0]
+                               or p.op == "xlogy" and p.args[1] == lg.args[0]):
+            return ir.func("xlogy", p, lg.args[0])
+    return None
+
+
 def _stable_form(e: Expr) -> Expr:
     """log(c + eᶻ) = softplus(z − log c) + log c and eᶻ/(c + eᶻ) = σ(z − log c) for a
-    constant c > 0: the same values, without inf/inf where eᶻ overflows.  (The printed
+    constant c > 0: the same values, without inf/inf where eᶻ overflows; xᵏ∘log(x), the
+    derivative of xᵏ in k, as xlogy(xᵏ, x), 0 and not 0·(−∞) where x = 0.  (The printed
     derivation keeps the form the user wrote.)"""
+    while e.op == "mul" and len(e.args) >= 2:
+        pair = next(((i, j, p) for i in range(len(e.args)) for j in range(i + 1, len(e.args))
+                     for p in [_xlogx_power(e.args[i], e.args[j])] if p is not None), None)
+        if pair is None:
+            break
+        i, j, p = pair
+        rest = [a for k, a in enumerate(e.args) if k not in (i, j)]
+        e = ir.mul(*rest, p) if rest else p
+    if e.op == "frob":
+        pair = _xlogx_power(*e.args)
+        if pair is not None:
+            return ir.func("sum", pair)
     if e.op == "log" and _c_plus_exp(e.args[0]):
         c, z = _c_plus_exp(e.args[0])
         shifted = z if c == 1.0 else ir.add(z, ir.const(-math.log(c)))

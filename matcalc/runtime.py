@@ -51,6 +51,12 @@ def _erf(z):
     return erf(z)
 
 
+# helper: _xlogy
+def _xlogy(a, b):
+    from scipy.special import xlogy  # a log b, and 0 where a = 0 (0·log 0 = 0: d(xᵏ)/dk at x = 0)
+    return xlogy(a, b)
+
+
 # helper: _gelu
 def _gelu(z):
     from scipy.special import erf

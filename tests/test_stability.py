@@ -343,3 +343,16 @@ def test_a_softmax_written_out_is_the_stable_softmax(expr, wrt, shape, axis):
     got = d.function(**{wrt: z, ("y" if axis is None else "Y"): y})
     assert np.all(np.isfinite(got))
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-300)
+
+
+@pytest.mark.parametrize("expr, wrt, want", [
+    # d(xᵏ)/dk = xᵏ log x, which is 0 at x = 0 (k > 0): it was 0·(−∞) = nan
+    ("sum(x**eta)", "eta", lambda x, eta: np.sum(x[x > 0] ** eta * np.log(x[x > 0]))),
+    ("sum(exp(x**eta))", "eta", lambda x, eta: np.sum(np.exp(x[x > 0] ** eta) * x[x > 0] ** eta * np.log(x[x > 0]))),
+])
+def test_the_derivative_of_a_power_in_its_exponent_at_a_zero_base(expr, wrt, want):
+    d = matcalc.derive(expr, wrt=wrt)
+    x = np.array([0.0, 0.5, 2.0])
+    got = d.function(x=x, eta=1.5)
+    assert np.isfinite(got)
+    np.testing.assert_allclose(got, want(x, 1.5), rtol=1e-12)
