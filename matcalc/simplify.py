@@ -815,7 +815,11 @@ def _sum_along(a: Expr, axis: int):
             fs.append(None)
         pulled = [v for v, f in zip(out, fs) if v is not None]
         rest = [f for v, f in zip(out, fs) if v is None and f is not None]
-        if not pulled or not rest or ir._broadcast([f.shape for f in rest]) != a.shape:
+        if not pulled:
+            return None
+        if not rest:  # every factor constant along the axis: sum(u@1ᵀ, 1) = u·(the row length)
+            return s_mul(*pulled, axis_count(a.shape, axis))
+        if ir._broadcast([f.shape for f in rest]) != a.shape:
             return None
         return s_mul(*pulled, s_func("sum", s_mul(*rest), attr=axis))
     if a.op == "add" and all(t.shape == a.shape for t in a.args):
@@ -907,7 +911,8 @@ def _summed(den: Expr, node: bool = False):
     """X for den = sum(X), or sum(X, axis) spread back over X's shape (1@sum(X, 0),
     sum(X, 1)@1ᵀ); with ``node`` that sum itself; else None."""
     if den.op == "matmul":  # 1@sum(X, 0) (a column of ones first) or sum(X, 1)@1ᵀ (a row of ones last)
-        a, b = den.args
+        a, b = (const(f.args[0].attr, f.shape) if f.op == "T" and f.args[0].op == "const" else f
+                for f in den.args)  # (1.T as typed: the transpose of a column of ones)
         if a.op == "const" and a.attr == 1.0 and a.shape[1] == 1 and b.op == "sum" and b.attr == 0:
             den = b
         elif b.op == "const" and b.attr == 1.0 and b.shape[0] == 1 and a.op == "sum" and a.attr == 1:

@@ -22,6 +22,7 @@ Each linear operator's rule is the ``vec`` field of its registry entry (``VEC_RU
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from . import ir
@@ -119,8 +120,10 @@ def _identity(f) -> bool:
 
 
 def _same_size(a: tuple, b: tuple) -> bool:
-    """Whether two products of dimensions are one size ((a*b,) and (a, b) are)."""
-    flat = lambda ds: sorted(str(f) for d in ds for f in ir.dim_factors(d) if f != 1)  # noqa: E731
+    """Whether two products of dimensions are one size ((a*b,) and (a, b) are, (12,) and (4, 3))."""
+    def flat(ds):
+        fs = [f for d in ds for f in ir.dim_factors(d)]
+        return math.prod(f for f in fs if isinstance(f, int)), sorted(f for f in fs if not isinstance(f, int))
     return flat(a) == flat(b)
 
 
@@ -277,7 +280,7 @@ class VecForm:
             if f.A.op == "eye" and f.B.op == "eye":
                 if latex:
                     return f"I_{{{_dims_tex(f.A.shape[0])} {_dims_tex(f.B.shape[0])}}}"
-                return f"I_{_dims_label(f.A.shape[0]) + _dims_label(f.B.shape[0])}"
+                return f"I_{_size_label(f.A.shape[0], f.B.shape[0])}"
             if _is_one(f.B) or _is_one(f.A):
                 s, is_sum = self._ir_text(f.B if _is_one(f.A) else f.A, latex)
                 return par(s) if is_sum and not alone else s
@@ -287,7 +290,7 @@ class VecForm:
                 return f"\\left({b} \\otimes {a}\\right)" if not alone else f"{b} \\otimes {a}"
             return f"kron({_unwrap(b)}, {_unwrap(a)})"
         if isinstance(f, Comm):
-            return f"K_{{{_dims_tex(f.p)},{_dims_tex(f.q)}}}" if latex else f"K_{_dims_label(f.p) + _dims_label(f.q)}"
+            return f"K_{{{_dims_tex(f.p)},{_dims_tex(f.q)}}}" if latex else f"K_{_dims_label(f.p, f.q)}"
         if isinstance(f, DiagV):
             h = simplify(s_T(f.h)) if f.h.shape[0] == 1 else f.h
             s = self._ir_text(h, latex)[0]
@@ -566,13 +569,16 @@ def _ones_text(n: Expr, latex: bool) -> str:
         body = one(c) + tr
     else:
         body = one(r) + ("" if latex else "@") + one(c) + tr
-    from .printing import RawTex, fmt_number
+    from .printing import RawTex, fmt_number, number_form, number_text
 
     if latex:
-        return RawTex(body if n.attr == 1.0 else f"{fmt_number(n.attr)} {body}")
+        form = number_form(n.attr)
+        c_tex = fmt_number(n.attr) if form is None else ("-" if n.attr < 0 else "") + (
+            f"\\log({form[1]})" if form[0] == "log" else f"\\tfrac{{{form[0]}}}{{{form[1]}}}")
+        return RawTex(body if n.attr == 1.0 else f"{c_tex} {body}")
     if n.attr == 1.0:
         return body if c == 1 else f"({body})"
-    return f"({fmt_number(n.attr)}*{body})"
+    return f"({number_text(n.attr)[0]}*{body})"
 
 
 def _unwrap(s: str) -> str:
@@ -625,10 +631,22 @@ def _identity_name(d, latex: bool):
 
 
 def _dims_label(*ds) -> str:
+    """Subscripts: pq for one-letter names, else bracketed: (4,3), (d1,d2)."""
     parts = [str(d) for d in ds]
-    if all(len(p) == 1 for p in parts):
+    if all(len(p) == 1 and p.isalpha() for p in parts) or len(parts) == 1 and len(parts[0]) == 1:
         return "".join(parts)
     return "(" + ",".join(parts) + ")"
+
+
+def _size_label(*ds) -> str:
+    """The subscript of an identity of size d1·d2·…: ab, 12 (for 4·3), (4*a)."""
+    ints = math.prod(d for d in ds if isinstance(d, int))
+    names = [str(d) for d in ds if not isinstance(d, int)]
+    if not names:
+        return _dims_label(ints)
+    if ints == 1:
+        return _dims_label(*names) if all(len(n) == 1 for n in names) else "(" + "*".join(names) + ")"
+    return "(" + "*".join([str(ints)] + names) + ")"
 
 
 # ------------------------------------------------------------------ the rules

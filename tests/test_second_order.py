@@ -659,3 +659,12 @@ def test_diagonal_terms_merge():
     rng = np.random.default_rng(14)
     x, y, z, A = rng.standard_normal(4), rng.standard_normal(4), rng.standard_normal(3), rng.standard_normal((4, 3))
     np.testing.assert_allclose(d.function(x=x, y=y, z=z, A=A), A.T @ (x - y), rtol=1e-12)
+
+
+def test_vec_forms_at_declared_numeric_sizes():
+    # the identity folds against 12 = 4·3 (it read (S + S.T)@I_43); numbers print as fractions
+    h = matcalc.hessian("vec(X).T@S@vec(X)", "X", shapes={"X": (4, 3), "S": (12, 12)})
+    assert h.kron == "S + S.T"
+    j = matcalc.jacobian("X - mean(X,1)", "X", shapes={"X": (4, 3)})
+    assert j.kron == "I_(12) + kron(-1/3*1_3@1_3.T, I_4)"  # was I_43 + kron(-0.3333333333333333*…)
+    np.testing.assert_allclose(j.matrix(X=np.zeros((4, 3))), np.eye(12) + np.kron(-np.ones((3, 3)) / 3, np.eye(4)))

@@ -349,3 +349,13 @@ def test_only_a_sum_spread_over_the_array_makes_a_softmax():
     d = matcalc.derive("sum(Y*log(exp(Z)/(1@sum(exp(Z),0))))", wrt="Z")  # the column sums spread: softmax
     assert "softmax(Z, 0)" in d.text
     np.testing.assert_allclose(d.function(Y=Y, Z=Z), Y - Y.sum(0) * np.exp(Z) / np.exp(Z).sum(0), rtol=1e-10)
+
+
+def test_a_row_sum_of_row_constants_is_the_row_length_times_them():
+    # sum(u@1.T/(w@1.T), 1) is size(X, 1)*u/w: the 1.T of the first form has no size to read back
+    d = matcalc.derive("sum(u*(X - mean(X,1))/sqrt(mean((X - mean(X,1))**2,1) + 1e-5))", wrt="X")
+    assert "size(X, 1)*u/" in d.text
+    back = matcalc.derive(f"R:({d.text})", wrt="R", shapes={"R": ("a", "b"), "X": ("a", "b")})
+    rng = np.random.default_rng(21)
+    u, X, R = rng.standard_normal(4), rng.standard_normal((4, 5)), rng.standard_normal((4, 5))
+    np.testing.assert_allclose(back.function(R=R, X=X, u=u), d.function(u=u, X=X), rtol=1e-12)

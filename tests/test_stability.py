@@ -356,3 +356,13 @@ def test_the_derivative_of_a_power_in_its_exponent_at_a_zero_base(expr, wrt, wan
     got = d.function(x=x, eta=1.5)
     assert np.isfinite(got)
     np.testing.assert_allclose(got, want(x, 1.5), rtol=1e-12)
+
+
+def test_a_softmax_written_with_a_row_of_ones_is_the_stable_softmax():
+    d = matcalc.derive("sum(Y*log(exp(Z)/(sum(exp(Z),1)@1.T)))", wrt="Z")
+    assert d.text == "Y - (sum(Y, 1)@1.T)*softmax(Z, 1)"
+    rng = np.random.default_rng(22)
+    Z, Y = rng.standard_normal((4, 3)) * 3 + 800, rng.uniform(size=(4, 3))
+    e = np.exp(Z - Z.max(1, keepdims=True))
+    np.testing.assert_allclose(d.function(Y=Y, Z=Z), Y - Y.sum(1, keepdims=True) * e / e.sum(1, keepdims=True),
+                               rtol=1e-10)
