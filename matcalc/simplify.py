@@ -680,6 +680,9 @@ def _collect_powers(fs):
 
 
 def s_pow(a: Expr, k: Expr) -> Expr:
+    beta = _spread_number(a) if k.shape == SCALAR else None
+    if beta is not None:  # (β1)ᵏ = βᵏ1
+        return s_mul(s_pow(beta, k), const(1.0, a.shape))
     if k.op == "const":
         if k.attr == 1.0 or a.op in ("step", "eye") and k.attr > 0:  # (step(z)ᵏ = step(z), Iᵏ = I:
             return a                                                     # entries 0 or 1)
@@ -718,6 +721,9 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
                 return const(v, a.shape)
         except (ValueError, OverflowError):
             pass
+    beta = _spread_number(a) if op.elementwise else None
+    if beta is not None:  # f(β1) = f(β)1, so that sum(f(β1)) is the count times f(β)
+        return s_mul(s_func(name, beta), const(1.0, a.shape))
     if a.shape == SCALAR and op.scalar_form is not None:  # det(β) = β, inv(β) = 1/β, …
         return op.scalar_form(a, attr)
     if a.shape == SCALAR and name in ("sum", "tr", "mean"):
@@ -747,6 +753,8 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
         return const(1.0, ir.func(name, a, attr=attr).shape)  # softmax's entries sum to 1 (along its axis)
     if name == "sum" and attr is None and a.op == "matmul" and a.args[0].shape[1] == 1:
         return s_mul(s_func("sum", a.args[0]), s_func("sum", a.args[1]))  # sum(u vᵀ) = sum(u) sum(v)
+    if name == "sum" and attr is None and a.op in ("add", "mul", "div") and _spread_number(a) is not None:
+        return s_mul(_spread_number(a), count(a.shape))  # sum(β1) = β·(the number of entries)
     if name == "sum" and attr is None and _transposed_entries(a) is not None:
         return s_func("sum", _transposed_entries(a))  # sum(xᵀ∘xᵀ) = sum(x∘x)
     if name == "sum" and attr is not None and a.op == "matmul" and a.args[0].shape[1] == 1:
@@ -826,6 +834,23 @@ def _sum_along(a: Expr, axis: int):
         split = s_add(*[s_func("sum", t, attr=axis) for t in a.args])
         if ir.tree_size(split) < ir.tree_size(a):
             return split
+    return None
+
+
+def _spread_number(a: Expr):
+    """β for an array a = β1 (a number β spread over a's shape: β∘1, c1⊘β), else None."""
+    if a.shape == SCALAR:
+        return None
+    if a.op == "mul" and any(f.op == "const" and f.shape == a.shape for f in a.args) \
+            and all(f.shape == SCALAR or f.op == "const" for f in a.args):
+        return s_mul(*[f if f.shape == SCALAR else const(f.attr) for f in a.args])
+    if a.op == "div" and a.args[0].op == "const" and a.args[1].shape == SCALAR:
+        return s_div(const(a.args[0].attr), a.args[1])
+    if a.op == "add":  # 1 - β²1
+        parts = [t if t.shape == SCALAR else _spread_number(t) for t in a.args]
+        return s_add(*parts) if all(p is not None for p in parts) else None
+    if a.op == "const":
+        return const(a.attr)
     return None
 
 

@@ -359,3 +359,16 @@ def test_a_row_sum_of_row_constants_is_the_row_length_times_them():
     rng = np.random.default_rng(21)
     u, X, R = rng.standard_normal(4), rng.standard_normal((4, 5)), rng.standard_normal((4, 5))
     np.testing.assert_allclose(back.function(R=R, X=X, u=u), d.function(u=u, X=X), rtol=1e-12)
+
+
+def test_a_number_spread_over_an_array_keeps_its_count_in_the_text():
+    # M/s - M/s + 1/s is 1/s spread over M's 4×3 entries: the text read -sum(1 - tanh(…)**2)*…,
+    # which re-reads as a scalar and loses the factor 12 (the emitted function had it right)
+    d = matcalc.derive("sum(tanh(M/sqrt(v.T@v+1) - M/sqrt(v.T@v+1) + 1/sqrt(v.T@v+1)))", wrt="v",
+                       shapes={"M": (4, 3), "v": (5,)})
+    assert d.text == "-12*(1 - tanh(1/sqrt(v.T@v + 1))**2)*v/sqrt(v.T@v + 1)**3"
+    rng = np.random.default_rng(23)
+    v, M = rng.standard_normal(5), rng.standard_normal((4, 3))
+    s = np.sqrt(v @ v + 1)
+    np.testing.assert_allclose(d.function(v=v, M=M), -12 * (1 - np.tanh(1 / s) ** 2) * v / s ** 3, rtol=1e-12)
+    assert matcalc.derive("sum(exp(alpha + 0*X))", "alpha").text == "exp(alpha)*size(X, 0)*size(X, 1)"
