@@ -29,7 +29,7 @@ def runtime_namespace():
     from matcalc import codegen
 
     ns = {"np": np}
-    for h in codegen.helper_closure(["_outer", "_ones", "_lu"]):
+    for h in codegen.helper_closure(["_outer", "_ones", "_lu", "_xlogy"]):
         exec(compile(codegen.HELPERS[h], "<helpers>", "exec"), ns)  # noqa: S102 - matcalc's text
     return ns
 
@@ -59,6 +59,9 @@ def cases(n, ns, rng):
     u, v = rng.standard_normal(n), rng.standard_normal(n)
     A, B = rng.standard_normal((n, n)), rng.standard_normal((n, n))
     S = A @ A.T / n + np.eye(n)
+    G, X = rng.standard_normal((2, n, 16))
+    W, V = rng.standard_normal((2, 16, n))
+    p = rng.uniform(0.5, 2.0, n)
     ones = ns["_ones"]
     outer, blas = ns["_outer"], ns["_outer_blas"]
     out = [
@@ -79,6 +82,10 @@ def cases(n, ns, rng):
         ("(T − Y)(1 − T²) into new arrays", lambda: tanh_chain(A, B, False), lambda: tanh_chain(A, B, True)),
         ("inv (picked)", lambda: np.linalg.inv(S), lambda: ns["_inv"](S)),
         ("inv via getrf + getri", lambda: np.linalg.inv(S), lambda: ns["_inv_lu"](S)),
+        ("diag(ABᵀ) as row sums of A∘B, n×n", lambda: np.diag(A.dot(B.T)), lambda: np.add.reduce(A * B, 1)),
+        ("diag(GXᵀ) as row sums of G∘X, n×16", lambda: np.diag(G.dot(X.T)), lambda: np.add.reduce(G * X, 1)),
+        ("diag(GXᵀ) as row sums of G∘X, 16×n", lambda: np.diag(W.dot(V.T)), lambda: np.add.reduce(W * V, 1)),
+        ("xᵏ log x as xlogy", lambda: np.power(p, 1.5) * np.log(p), lambda: ns["_xlogy"](np.power(p, 1.5), p)),
     ]
     try:
         import numexpr as ne
