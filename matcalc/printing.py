@@ -47,6 +47,14 @@ def number_text(v: float) -> tuple:
     return ("-" + s, NEG) if v < 0 else (s, ATOM if form[0] == "log" else PROD)
 
 
+def number_tex(v: float) -> str:
+    """A number in LaTeX: \\tfrac{1}{3}, -\\log(2), 2.5."""
+    form = number_form(v)
+    if form is None:
+        return fmt_number(v)
+    return ("-" if v < 0 else "") + (f"\\log({form[1]})" if form[0] == "log" else f"\\tfrac{{{form[0]}}}{{{form[1]}}}")
+
+
 def exponent_text(v: float) -> str:
     """A constant exponent after **: -2, 0.5, (-2/3)."""
     s, prec = number_text(v)
@@ -300,10 +308,7 @@ class LatexPrinter(TextPrinter):
         if op == "delta":
             return "\\mathrm{d}" + tex_name(e.attr), ATOM
         if op == "const":
-            s = fmt_number(abs(e.attr)) if abs(e.attr) != 0.5 else "\\tfrac{1}{2}"  # ½, as on paper
-            form = number_form(e.attr)
-            if form is not None:  # 1/3 and log 2, not 0.3333333333333333
-                s = f"\\log({form[1]})" if form[0] == "log" else f"\\tfrac{{{form[0]}}}{{{form[1]}}}"
+            s = number_tex(abs(e.attr)) if abs(e.attr) != 0.5 else "\\tfrac{1}{2}"  # ½ and 1/3, as on paper
             prec = ATOM
             if e.shape != SCALAR and e.attr != 0.0:  # an array of c's: c times ones of its shape
                 ones = ("\\mathbf{1}^{\\top}" if e.shape[0] == 1 else "\\mathbf{1}" if e.shape[1] == 1
@@ -352,11 +357,7 @@ class LatexPrinter(TextPrinter):
             return f"{a or self.wrap(e.args[0], FROB)} : {self.wrap(e.args[1], FROB, strict=True)}", FROB
         if op == "pow":  # of an array: entrywise, A^{∘k} (A^{-1} and A^{2} would read as matrix powers)
             k = e.args[1]
-            form = number_form(k.attr) if k.op == "const" else None
-            ks = fmt_number(k.attr) if k.op == "const" else self.p(k)[0]
-            if form is not None:
-                ks = ("-" if k.attr < 0 else "") + (f"\\log({form[1]})" if form[0] == "log"
-                                                    else f"\\tfrac{{{form[0]}}}{{{form[1]}}}")
+            ks = number_tex(k.attr) if k.op == "const" else self.p(k)[0]
             circ = "\\circ " if e.args[0].shape != SCALAR else ""
             return f"{{{self.wrap(e.args[0], ATOM)}}}^{{{circ}{ks}}}", POW
         if op == "T":

@@ -133,18 +133,11 @@ def _s_add(terms) -> Expr:
         coeffs[ones] += total
         total = 0.0
     items = [(shown[key], c) for key, c in coeffs.items() if c != 0.0]
-    dens: dict = {}
-    for core, c in items:
-        if core.op == "div" and core.args[1].shape == SCALAR and core.args[0].shape == core.shape:
-            dens.setdefault(core.args[1], []).append((core, c))
-    for group in dens.values():  # a/d + b/d = (a + b)/d
-        if len(group) > 1:
-            merged = s_div(s_add(*[scale(c, core.args[0]) for core, c in group]), group[0][0].args[1])
-            items = [it for it in items if it not in group] + ([] if is_zero(merged) else [(merged, 1.0)])
-    diags = [(core, c) for core, c in items if core.op == "Diag"]
-    if len(diags) > 1:  # Diag(a) - Diag(b) = Diag(a - b)
-        merged = s_func("Diag", s_add(*[scale(c, core.args[0]) for core, c in diags]))
-        items = [it for it in items if it[0].op != "Diag"] + ([] if is_zero(merged) else [(merged, 1.0)])
+    # a/d + b/d = (a + b)/d, Diag(a) - Diag(b) = Diag(a - b)
+    items = _merge_terms(items, lambda core: core.args[1] if core.op == "div" and core.args[1].shape == SCALAR
+                         else None, lambda num, d: s_div(num, d))
+    items = _merge_terms(items, lambda core: "Diag" if core.op == "Diag" else None,
+                         lambda arg, _: s_func("Diag", arg))
     if not items:
         return const(total, shape)
     full = any(core.shape == shape for core, _ in items)
@@ -163,6 +156,22 @@ def _s_add(terms) -> Expr:
     if len(out) == 1:
         return out[0]
     return Expr("add", tuple(out), None, ir._broadcast([t.shape for t in out]))
+
+
+def _merge_terms(items, key, build):
+    """(core, coefficient) items with the terms whose key(core) is one (not None) merged into
+    build(Σ c·core.args[0], key): terms that differ only in their first argument, as one; a
+    merged term that cancels is left out."""
+    groups: dict = {}
+    for core, c in items:
+        k = key(core)
+        if k is not None:
+            groups.setdefault(k, []).append((core, c))
+    for k, group in groups.items():
+        if len(group) > 1:
+            merged = build(s_add(*[scale(c, core.args[0]) for core, c in group]), k)
+            items = [it for it in items if it not in group] + ([] if is_zero(merged) else [(merged, 1.0)])
+    return items
 
 
 def _like_key(core: Expr) -> Expr:
@@ -753,10 +762,11 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
         return const(1.0, ir.func(name, a, attr=attr).shape)  # softmax's entries sum to 1 (along its axis)
     if name == "sum" and attr is None and a.op == "matmul" and a.args[0].shape[1] == 1:
         return s_mul(s_func("sum", a.args[0]), s_func("sum", a.args[1]))  # sum(u vᵀ) = sum(u) sum(v)
-    if name == "sum" and attr is None and a.op in ("add", "mul", "div") and _spread_number(a) is not None:
-        return s_mul(_spread_number(a), count(a.shape))  # sum(β1) = β·(the number of entries)
-    if name == "sum" and attr is None and _transposed_entries(a) is not None:
-        return s_func("sum", _transposed_entries(a))  # sum(xᵀ∘xᵀ) = sum(x∘x)
+    if name == "sum" and attr is None and a.op in ("add", "mul", "div") \
+            and (beta := _spread_number(a)) is not None:
+        return s_mul(beta, count(a.shape))  # sum(β1) = β·(the number of entries)
+    if name == "sum" and attr is None and (entries := _transposed_entries(a)) is not None:
+        return s_func("sum", entries)  # sum(xᵀ∘xᵀ) = sum(x∘x)
     if name == "sum" and attr is not None and a.op == "matmul" and a.args[0].shape[1] == 1:
         u, v = a.args  # an outer product u vᵀ: along its rows u sum(v), along its columns sum(u) vᵀ
         return s_mul(u, s_func("sum", v)) if attr == 1 else s_mul(s_func("sum", u), v)

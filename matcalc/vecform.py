@@ -569,13 +569,10 @@ def _ones_text(n: Expr, latex: bool) -> str:
         body = one(c) + tr
     else:
         body = one(r) + ("" if latex else "@") + one(c) + tr
-    from .printing import RawTex, fmt_number, number_form, number_text
+    from .printing import RawTex, number_tex, number_text
 
     if latex:
-        form = number_form(n.attr)
-        c_tex = fmt_number(n.attr) if form is None else ("-" if n.attr < 0 else "") + (
-            f"\\log({form[1]})" if form[0] == "log" else f"\\tfrac{{{form[0]}}}{{{form[1]}}}")
-        return RawTex(body if n.attr == 1.0 else f"{c_tex} {body}")
+        return RawTex(body if n.attr == 1.0 else f"{number_tex(n.attr)} {body}")
     if n.attr == 1.0:
         return body if c == 1 else f"({body})"
     return f"({number_text(n.attr)[0]}*{body})"
