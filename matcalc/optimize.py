@@ -231,13 +231,45 @@ def _c_plus_exp(e: Expr):
 
 
 def _xlogx_power(a: Expr, b: Expr):
-    """xlogy(p, x) for a, b = p, log(x) (either order) with p = xᵏ or p = xlogy(·, x) (xᵏ
-    log²x, the second derivative), else None."""
+    """a∘b for a, b = p, logᵏ(x) (either order, k a whole number) where p is 0 wherever x is
+    (a power of x, a sum or product of such, xᵏ log x), with log(x) taken in as xlogy(·, x)
+    k times, else None."""
     for p, lg in ((a, b), (b, a)):
-        if lg.op == "log" and (p.op == "pow" and p.args[0] == lg.args[0]
-                               or p.op == "xlogy" and p.args[1] == lg.args[0]):
-            return ir.func("xlogy", p, lg.args[0])
+        k = 1
+        if lg.op == "pow" and lg.args[1].op == "const" and lg.args[1].attr in (2.0, 3.0, 4.0):
+            lg, k = lg.args[0], int(lg.args[1].attr)
+        if lg.op == "log":
+            for _ in range(k):
+                p = _times_log(p, lg.args[0])
+                if p is None:
+                    break
+            if p is not None:
+                return p
     return None
+
+
+def _times_log(p: Expr, x: Expr):
+    """p∘log(x) with a factor of p that is 0 where x is 0 as xlogy(·, x), else None."""
+    if p.op in ("pow", "xlogy", "add") and _zero_with(p, x):
+        return ir.func("xlogy", p, x)
+    if p.op == "mul":
+        for k, f in enumerate(p.args):
+            g = _times_log(f, x)
+            if g is not None:
+                return ir.mul(*p.args[:k], g, *p.args[k + 1:])
+    return None
+
+
+def _zero_with(q: Expr, x: Expr) -> bool:
+    """q is 0 where x is: x itself, a (positive) power of such a q, xlogy(q, x), a sum of
+    such terms or a product with such a factor."""
+    if q == x:
+        return True
+    if q.op in ("pow", "xlogy"):
+        return _zero_with(q.args[0], x) and (q.op == "pow" or q.args[1] == x)
+    if q.op in ("add", "mul"):
+        return (all if q.op == "add" else any)(_zero_with(a, x) for a in q.args)
+    return False
 
 
 def _stable_form(e: Expr) -> Expr:
@@ -253,8 +285,8 @@ def _stable_form(e: Expr) -> Expr:
         i, j, p = pair
         rest = [a for k, a in enumerate(e.args) if k not in (i, j)]
         e = ir.mul(*rest, p) if rest else p
-    if e.op == "frob":
-        pair = _xlogx_power(*e.args)
+    if e.op == "frob" or e.op == "matmul" and e.shape == SCALAR and e.args[0].op == "T":
+        pair = _xlogx_power(*e.args) if e.op == "frob" else _xlogx_power(e.args[0].args[0], e.args[1])
         if pair is not None:
             return ir.func("sum", pair)
     if e.op == "log" and _c_plus_exp(e.args[0]):

@@ -172,6 +172,8 @@ def fold(f, g):
                 return RowV(simplify(s_mul(C, g.h)))
         if isinstance(g, Comm):
             return RowV(simplify(s_T(f.C)))
+        if isinstance(g, ColV) and _like(f.C, g.c.shape) is not None:  # a 1×1 block: Cᵀc
+            return Kron(ONE, simplify(s_matmul(s_T(_like(f.C, g.c.shape)), g.c)))
     return None
 
 

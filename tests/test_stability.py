@@ -358,6 +358,29 @@ def test_the_derivative_of_a_power_in_its_exponent_at_a_zero_base(expr, wrt, wan
     np.testing.assert_allclose(got, want(x, 1.5), rtol=1e-12)
 
 
+@pytest.mark.parametrize("expr, lam", [
+    ("sum(x**eta)", lambda x, y, e: np.sum(x ** e)),
+    ("sum(y*x**eta)", lambda x, y, e: np.sum(y * x ** e)),
+    ("sum(exp(x**eta))", lambda x, y, e: np.sum(np.exp(x ** e))),
+    ("sum(sin(x**eta))", lambda x, y, e: np.sum(np.sin(x ** e))),
+    ("sum((x**eta)**2)", lambda x, y, e: np.sum((x ** e) ** 2)),
+    ("sum(x**eta)**3", lambda x, y, e: np.sum(x ** e) ** 3),
+    ("sum(log(1 + x**eta))", lambda x, y, e: np.sum(np.log(1 + x ** e))),
+])
+def test_first_and_second_derivatives_in_an_exponent_at_a_zero_base(expr, lam):
+    # xᵏ logʲx → 0 as x → 0 (k > 0): every log(x) a derivative in k brings is taken in as
+    # xlogy, never 0·(−∞); against central differences of λ in eta (0**eta is 0 there)
+    x, y, eta, h = np.array([0.0, 0.5, 2.0, 0.0, 1.3]), np.array([0.4, -1.0, 2.0, 3.0, 0.7]), 1.7, 1e-4
+    vals = {k: v for k, v in dict(x=x, y=y).items() if k in expr}
+    f = lambda e: lam(x, y, e)  # noqa: E731
+    g = matcalc.derive(expr, wrt="eta").function(eta=eta, **vals)
+    H = matcalc.hessian(expr, wrt="eta")
+    np.testing.assert_allclose(g, (f(eta + h) - f(eta - h)) / (2 * h), rtol=1e-7)
+    want = (f(eta + h) - 2 * f(eta) + f(eta - h)) / h ** 2
+    np.testing.assert_allclose(H.matrix(eta=eta, **vals), [[want]], rtol=1e-5)
+    np.testing.assert_allclose(H.hvp(1.0, eta=eta, **vals), want, rtol=1e-5)
+
+
 def test_a_softmax_written_with_a_row_of_ones_is_the_stable_softmax():
     d = matcalc.derive("sum(Y*log(exp(Z)/(sum(exp(Z),1)@1.T)))", wrt="Z")
     assert d.text == "Y - (sum(Y, 1)@1.T)*softmax(Z, 1)"
