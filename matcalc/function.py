@@ -158,12 +158,14 @@ class GradientFunction:
                     return self._f(**kwargs)
         out = self._f(**self.convert(kwargs))
         if self._out_shape is not None and any(d == 1 for d in self._out_shape):
-            if self.wrt is not None and len(self._out_shape) == 2 and self._np.ndim(kwargs[self.wrt]) == 1:
-                return self._np.reshape(out, -1)  # given as a 1-D array, returned as one
+            like = [self.wrt] if self.wrt is not None else self.given_like
+            if like and len(self._out_shape) == 2 and all(self._np.ndim(kwargs[k]) == 1 for k in like):
+                return self._np.reshape(out, -1)  # given as 1-D arrays, returned as one
             out = self._np.reshape(out, self._concrete_out(kwargs))
         return out
 
     wrt = None  # the variable whose gradient this returns (its shape as given is kept)
+    given_like = ()  # without wrt: a declared row or column result is 1-D if all these were given so
 
     def _concrete_out(self, kwargs):
         np = self._np

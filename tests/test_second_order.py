@@ -668,3 +668,27 @@ def test_vec_forms_at_declared_numeric_sizes():
     j = matcalc.jacobian("X - mean(X,1)", "X", shapes={"X": (4, 3)})
     assert j.kron == "I_(12) + kron(-1/3*1_3@1_3.T, I_4)"  # was I_43 + kron(-0.3333333333333333*…)
     np.testing.assert_allclose(j.matrix(X=np.zeros((4, 3))), np.eye(12) + np.kron(-np.ones((3, 3)) / 3, np.eye(4)))
+
+
+def test_a_vector_F_takes_the_orientation_of_arguments_declared_as_columns():
+    # x declared (n, 1): A@x is (m, 1) and xᵀA is (1, m), as NumPy computes them from (n, 1)
+    # arrays; the value, J[V] and Jᵀ[G] agree (the value and J[V] came back 1-D)
+    rng = np.random.default_rng(8)
+    A, x, V = rng.standard_normal((3, 4)), rng.standard_normal((4, 1)), rng.standard_normal((4, 1))
+    shapes = {"A": ("m", "n"), "x": ("n", 1)}
+    j = matcalc.jacobian("exp(A@x)", "x", shapes=shapes)
+    E = np.exp(A @ x)
+    F, JV = j.value_function(A=A, x=x), j.jvp(V, A=A, x=x)
+    assert F.shape == JV.shape == (3, 1)
+    np.testing.assert_allclose(F, E)
+    np.testing.assert_allclose(JV, E * (A @ V))
+    G = rng.standard_normal((3, 1))
+    back = j.vjp(G, A=A, x=x)
+    assert back.shape == (4, 1)
+    np.testing.assert_allclose(back, A.T @ (E * G))
+    # given as 1-D arrays, returned as 1-D arrays
+    assert j.value_function(A=A, x=x[:, 0]).shape == j.jvp(V[:, 0], A=A, x=x[:, 0]).shape == (3,)
+    row = matcalc.jacobian("x.T@B", "x", shapes={"B": ("n", "m"), "x": ("n", 1)})
+    B = rng.standard_normal((4, 3))
+    assert row.value_function(B=B, x=x).shape == row.jvp(V, B=B, x=x).shape == (1, 3)
+    np.testing.assert_allclose(row.jvp(V, B=B, x=x), V.T @ B)

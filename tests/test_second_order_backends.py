@@ -422,7 +422,9 @@ def test_a_column_declared_n_by_1_in_every_function(backend):
         assert out.shape == (3, 1) and np.allclose(out, want_hvp)
     assert np.allclose(to_numpy(backend, hf.gradient_function(**vals)), (W.T @ E)[:, None])
     assert np.allclose(to_numpy(backend, hf.matrix(**vals)), W.T @ (E[:, None] * W))
-    assert np.allclose(to_numpy(backend, jf.jvp(one(backend, V), **vals)), E * (W @ V[:, 0]))
+    out = to_numpy(backend, jf.jvp(one(backend, V), **vals))
+    assert out.shape == (2, 1) and np.allclose(out[:, 0], E * (W @ V[:, 0]))  # F = exp(W@x) is (m, 1)
+    assert to_numpy(backend, jf.value_function(**vals)).shape == (2, 1)
     out = to_numpy(backend, jf.vjp(one(backend, G), **vals))
     assert out.shape == (3, 1) and np.allclose(out, (W.T @ (E * G))[:, None])
 
