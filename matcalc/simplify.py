@@ -175,21 +175,34 @@ def _merge_terms(items, key, build):
 
 
 def _like_key(core: Expr) -> Expr:
-    """What like terms share: (AB)ᵀ and BᵀAᵀ are one term (tr(X³)'s gradient collects to
-    3(X²)ᵀ), and Xᵏ is X X for k = 2."""
-    if core.op == "matrix_power" and core.attr == 2:
-        x = core.args[0]
-        return Expr("matmul", (x, x), None, core.shape)
-    if core.op == "T":
-        inner = _like_key(core.args[0])
-        if inner.op == "matmul":
-            x, y = inner.args
-            return Expr("matmul", (_like_key(s_T(y)), _like_key(s_T(x))), None, core.shape)
+    """What like terms share: a matrix chain as its factors with the transposes moved in,
+    so (AB)ᵀ, BᵀAᵀ and (A)ᵀ… are one term (tr(X⁴)'s gradient collects to 4(X³)ᵀ, not
+    (X³)ᵀ + 3(X²)ᵀXᵀ), Xᵏ is X…X; and Y**-1 is 1/Y."""
+    if core.op in ("matmul", "T", "matrix_power"):
+        fs = _chain_key(core)
+        return fs[0] if len(fs) == 1 else Expr("matmul", tuple(fs), None, core.shape)
     if core.op == "pow" and core.args[1].op == "const" and core.args[1].attr < 0:  # Y**-1 and 1/Y
         b, k = core.args[0], -core.args[1].attr
         return Expr("div", (const(1.0), b if k == 1.0 else Expr("pow", (b, const(k)), None, b.shape)), None,
                     core.shape)
     return core
+
+
+def _chain_key(e: Expr) -> list:
+    """The factors of a matrix chain, with every transpose on a single factor (a key only)."""
+    if e.op == "matmul":
+        return [f for a in e.args for f in _chain_key(a)]
+    if e.op == "matrix_power" and isinstance(e.attr, int) and 2 <= e.attr <= 8:
+        return _chain_key(e.args[0]) * e.attr
+    if e.op == "T":
+        inner = e.args[0]
+        if inner.op == "T":
+            return _chain_key(inner.args[0])
+        if inner.op in ("matmul", "matrix_power"):
+            fs = _chain_key(inner)
+            if len(fs) > 1:
+                return [f.args[0] if f.op == "T" else Expr("T", (f,), None, f.shape[::-1]) for f in reversed(fs)]
+    return [e]
 
 
 def _open_brackets(flat, shape):

@@ -144,13 +144,17 @@ def test_trial_rewrites_of_nested_sums_stay_linear(monkeypatch):
     assert calls(10) < 3 * calls(5)  # was 16× (637 calls at depth 6, 10,701 at 10)
 
 
-@pytest.mark.parametrize("expr, text", [("tr(X@X@X)", "3*(X@X).T"), ("tr(matrix_power(X, 3))", "3*matrix_power(X, 2).T")])
-def test_transposed_products_collect_as_like_terms(expr, text):
-    # (X@X).T + 2*X.T@X.T: one term, 3(X²)ᵀ, the textbook gradient of tr(X³)
+@pytest.mark.parametrize("expr, text, k", [("tr(X@X@X)", "3*(X@X).T", 3),
+                                            ("tr(matrix_power(X, 3))", "3*matrix_power(X, 2).T", 3),
+                                            ("tr(X@X@X@X)", "4*(X@X@X).T", 4),
+                                            ("tr(X@X@X@X@X)", "5*(X@X@X@X).T", 5)])
+def test_transposed_products_collect_as_like_terms(expr, text, k):
+    # (X@X).T + 2*X.T@X.T: one term, 3(X²)ᵀ, the textbook gradient of tr(X³); for X⁴ the
+    # terms (X³)ᵀ and (X²)ᵀXᵀ are one too, k(Xᵏ⁻¹)ᵀ
     d = matcalc.derive(expr, wrt="X")
     assert d.text == text
     X = np.random.default_rng(5).standard_normal((4, 4))
-    assert np.allclose(d.function(X=X), 3 * (X @ X).T)
+    assert np.allclose(d.function(X=X), k * np.linalg.matrix_power(X, k - 1).T)
 
 
 def test_a_number_and_an_array_of_ones_in_one_sum_fold():
