@@ -334,11 +334,26 @@ class _Typer:
             self.current = node
             self.shape[id(node)] = self.rule(node)
         self.check_pending()
+        unit = any(1 in spec for spec in self.declared.values())
         for node, v in self.eyes:
             if isinstance(self.find(v), Var) and self.find(v) not in self._bound_vars():
+                if unit and self._beside_numbers(root, node):  # logdet(I + X@X.T), X declared (1, d)
+                    self.parent[self.find(v)] = 1
+                    continue
                 self.fail(node, f"cannot tell the size of {self.text(node)} from its context: "
                                 "nothing else in the expression has that dimension")
         return self.shape[id(root)]
+
+    def _beside_numbers(self, root: Node, eye: Node) -> bool:
+        """eye is a term of a sum whose other terms are all 1×1 (numbers)."""
+        stack = [root]
+        while stack:
+            n = stack.pop()
+            if n.kind == "add" and any(c is eye or c.kind == "neg" and c.children[0] is eye for c in n.children):
+                return all(self.find(d) == 1 for c in n.children if c is not eye and c.children[:1] != (eye,)
+                           for d in self.shape[id(c)])
+            stack.extend(n.children)
+        return False
 
     def _bound_vars(self):
         roots = set()

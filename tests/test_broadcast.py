@@ -114,3 +114,19 @@ def test_cli_row_shape(capsys):
     out, err = capsys.readouterr()
     assert code == 0, err
     assert "G@W.T" in out and "(1, 3)" in out
+
+
+def test_an_identity_beside_a_1_by_1_block_is_1_by_1():
+    # X declared (1, d): X@X.T is 1×1, a number, and I + X@X.T is the 1×1 identity plus it
+    # (np.eye(1) + X @ X.T); it was refused as an identity of unknown size
+    d = matcalc.derive("logdet(I + X@X.T)", wrt="X", shapes={"X": (1, "d")})
+    X = rng.standard_normal((1, 5))
+    np.testing.assert_allclose(d.function(X=X), 2 * X / (1 + X @ X.T))  # d log(1 + ‖x‖²)
+    h = matcalc.hessian("logdet(I - X@X.T)", "X", shapes={"X": (1, "d")})
+    X = X * 0.3
+    q = 1 - X @ X.T
+    want = -2 * np.eye(5) / q[0, 0] - 4 * X.T @ X / q[0, 0] ** 2  # of log(1 - ‖x‖²)
+    np.testing.assert_allclose(h.matrix(X=X), want, rtol=1e-10)
+    # with no size-1 dimension declared, an identity nothing sizes is still refused
+    with pytest.raises(ShapeError, match="size of I"):
+        matcalc.derive("tr(inv(I + x.T@x))", wrt="x")
