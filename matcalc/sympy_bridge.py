@@ -374,6 +374,7 @@ class _FromSympy:
     def __init__(self):
         self.shapes: dict = {}   # name -> matcalc shape
         self.sym_shape: dict = {}
+        self.bound: dict = {}    # the variable of an elementwise Lambda -> its argument's text
 
     def dim(self, d):
         if d.is_Integer:
@@ -414,6 +415,8 @@ class _FromSympy:
             shape = () if (r, c) == (1, 1) else (r,) if c == 1 else (r, c)
             self.declare(name, shape, e)
             return name
+        if isinstance(e, sp.Symbol) and e in self.bound:
+            return self.bound[e]
         if isinstance(e, sp.Symbol):
             self.declare(e.name, (), e)
             return e.name
@@ -479,9 +482,17 @@ class _FromSympy:
             body = fn.expr if isinstance(fn, sp.Lambda) else fn(_x)
             var = var if var is not None else _x
             name = self._elementwise_name(body, var)
-            if name is None:
+            if name is not None:
+                return f"{name}({self.text(e.expr)})"
+            if not isinstance(fn, sp.Lambda) or len(fn.variables) != 1:
                 raise DeriveError(f"the elementwise function {fn} has no matcalc equivalent")
-            return f"{name}({self.text(e.expr)})"
+            # any other body, tanh(t)**2 or exp(tanh(t)), with the argument for t: matcalc's
+            # operators on arrays are entrywise already
+            self.bound[var] = _wrap(self.text(e.expr))
+            try:
+                return f"({self.text(body)})"
+            finally:
+                del self.bound[var]
         if isinstance(e, sp.Pow):
             base, k = e.args
             if k == sp.Rational(1, 2):

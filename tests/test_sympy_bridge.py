@@ -102,6 +102,33 @@ def test_derive_from_sympy_vectors_scalars_and_elementwise():
         assert v.check(exact=True).ok
 
 
+def test_an_elementwise_lambda_of_any_body_and_to_sympy_read_back():
+    # Lambda(t, tanh(t)**2), Lambda(t, a*t*exp(-t**2)): not one named function; and to_sympy's
+    # own output, whose Lambdas nest (Lambda(_d, exp(tanh(_d)))), was refused
+    n, m = sp.symbols("n m", integer=True, positive=True)
+    X, w, y = sp.MatrixSymbol("X", n, m), sp.MatrixSymbol("w", m, 1), sp.MatrixSymbol("y", n, 1)
+    a = sp.Symbol("a")
+    rng = np.random.default_rng(9)
+    Xv, wv, yv = rng.standard_normal((4, 3)), rng.standard_normal(3), rng.standard_normal(4)
+    z = Xv @ wv
+    for body, dbody in [(lambda t: sp.tanh(t) ** 2, lambda z: 2 * np.tanh(z) * (1 - np.tanh(z) ** 2)),
+                        (lambda t: a * t * sp.exp(-t ** 2), lambda z: 0.7 * (1 - 2 * z ** 2) * np.exp(-z ** 2)),
+                        (lambda t: sp.log(1 + t ** 2), lambda z: 2 * z / (1 + z ** 2))]:
+        d = matcalc.derive(y.T * (X * w).applyfunc(body), wrt=w)
+        vals = dict(X=Xv, w=wv, y=yv, **({"a": 0.7} if "a" in d.function.params else {}))
+        np.testing.assert_allclose(d.function(**vals), Xv.T @ (yv * dbody(z)), rtol=1e-10)
+    g = matcalc.derive("sum(exp(tanh(X@w)))", wrt="w", shapes={"X": ("n", "m"), "w": ("m",)}).to_sympy()
+    back = matcalc.derive(w.T * g, wrt=w)  # λ = wᵀ Xᵀ (e^t ∘ (1 − t²)), t = tanh(Xw)
+
+    def lam(wv):
+        t = np.tanh(Xv @ wv)
+        return wv @ Xv.T @ (np.exp(t) * (1 - t ** 2))
+
+    h = 1e-6
+    fd = [(lam(wv + h * e) - lam(wv - h * e)) / (2 * h) for e in np.eye(3)]
+    np.testing.assert_allclose(back.function(X=Xv, w=wv), fd, rtol=1e-6)
+
+
 def test_sympy_nodes_matcalc_cannot_represent_are_named():
     n = sp.Symbol("n", integer=True, positive=True)
     S = sp.MatrixSymbol("S", n, n)
