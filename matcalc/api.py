@@ -74,7 +74,7 @@ class Derivation:
         if self.syntax == "matlab":
             from .matlab import to_matlab
 
-            return to_matlab(e, names, colon=step)
+            return to_matlab(e, names, colon=step, dims=self._dims)
         return self._text(e, names)
 
     # ---- the answer

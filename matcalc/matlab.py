@@ -200,9 +200,20 @@ class MatlabPrinter(TextPrinter):
     """Expr -> matrixcalculus.org / MATLAB syntax (re-parseable with syntax="matlab").
     ``colon=True`` writes Frobenius products as A:B, as the steps of a derivation do."""
 
-    def __init__(self, names: dict | None = None, colon: bool = False):
-        super().__init__(names)
+    def __init__(self, names: dict | None = None, colon: bool = False, dims: dict | None = None):
+        super().__init__(names, dims)
         self.colon = colon
+
+    def dim(self, d) -> str:
+        """A dimension's size as MATLAB text: size(x, 1) for the rows of a symbol x that has it."""
+        out = []
+        for f in ir.dim_factors(d):
+            if f in self.dims:
+                name, axis = self.dims[f]
+                out.append(f"size({name}, {axis + 1})")
+            else:
+                out.append(super().dim(f))
+        return "*".join(out)
 
     def visit(self, e: Expr):
         if e in self.names:
@@ -279,8 +290,8 @@ def _entrywise(e: Expr) -> bool:
     return len(arrays) > 1
 
 
-def to_matlab(e: Expr, names: dict | None = None, colon: bool = False) -> str:
-    return MatlabPrinter(names, colon)(e)
+def to_matlab(e: Expr, names: dict | None = None, colon: bool = False, dims: dict | None = None) -> str:
+    return MatlabPrinter(names, colon, dims)(e)
 
 
 __all__ = ["to_matlab", "matlab_kind", "MatlabTyper", "MatlabPrinter", "parser", "build"]

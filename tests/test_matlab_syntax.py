@@ -189,3 +189,18 @@ def test_a_name_that_is_a_number_by_the_matlab_naming_is_not_called_greek():
         matcalc.derive("-y'*log(softmax(W*x + b))", wrt="W", syntax="matlab")
     text = " ".join(str(w.message) for w in caught)
     assert "b is a number by the MATLAB syntax's naming, where a–g are numbers" in text and "Greek" not in text
+
+
+@pytest.mark.parametrize("expr, text, count", [
+    ("sum(alpha + x)", "size(x, 1)", lambda x, X: len(x)),
+    ("sum(sum(alpha + X))", "size(X, 1)*size(X, 2)", lambda x, X: X.size),
+    ("sum(sum(alpha*X)) + sum(alpha + x)", "size(x, 1) + sum(X)", lambda x, X: X.sum() + len(x)),
+])
+def test_a_count_prints_as_the_size_of_a_symbol_in_matlab(expr, text, count):
+    # it printed size(a), a dimension's name that reads back as a number variable a
+    d = matcalc.derive(expr, wrt="alpha", syntax="matlab")
+    assert d.text == text
+    x, X = np.arange(1.0, 5.0), np.arange(15.0).reshape(3, 5)
+    back = matcalc.derive(f"({text})*beta", wrt="beta", syntax="matlab")
+    vals = {k: v for k, v in dict(x=x, X=X).items() if k in back.function.params}
+    assert back.function(beta=1.0, **vals) == pytest.approx(count(x, X))
