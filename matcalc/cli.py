@@ -393,10 +393,29 @@ def finite(obj):
 
 def dumps(obj) -> str:
     """The JSON text of a --json answer or a web reply: non-finite numbers are null."""
-    return json.dumps(finite(obj), ensure_ascii=False, allow_nan=False)
+    return json.dumps(finite(obj), ensure_ascii=_ASCII_JSON, allow_nan=False)
+
+
+def _printable_streams() -> None:
+    """stdout and stderr that cannot encode matcalc's symbols (∂, λ, ∘, ×: a cp1252 or ASCII
+    console, a redirect on Windows) write them as \\u escapes, never fail: JSON stays valid."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            "∂λ∘×ᵀ≤".encode(getattr(stream, "encoding", None) or "utf-8")
+        except (UnicodeEncodeError, LookupError):
+            global _ASCII_JSON
+            _ASCII_JSON = _ASCII_JSON or stream is sys.stdout
+            try:
+                stream.reconfigure(errors="backslashreplace")
+            except (AttributeError, ValueError):
+                pass
+
+
+_ASCII_JSON = False  # --json to a stdout that cannot encode every character: \u escapes
 
 
 def main(argv=None) -> None:
+    _printable_streams()
     try:
         code = run(argv)
     except KeyboardInterrupt:

@@ -192,3 +192,22 @@ def test_an_exact_check_through_a_matrix_singular_everywhere_cannot_be_made():
     r = subprocess.run([sys.executable, "-m", "matcalc", "derive", "det(x@x.T)", "--wrt", "x", "--exact"],
                        capture_output=True, text=True, timeout=120)  # (NonInvertibleMatrixError, exit 3)
     assert r.returncode == 2 and "singular for every value" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("encoding", ["cp1252", "ascii"])
+def test_a_console_that_cannot_encode_the_symbols_gets_escapes_not_an_internal_error(encoding):
+    # ∂λ/∂x on a cp1252 or ASCII stdout (a redirect on Windows) raised UnicodeEncodeError: exit 3
+    import json
+    import os
+
+    env = dict(os.environ, PYTHONIOENCODING=encoding)
+    run = [sys.executable, "-m", "matcalc"]
+    p = subprocess.run(run + ["derive", "x*y:1", "--wrt", "x", "--steps"], capture_output=True, env=env)
+    assert p.returncode == 0, p.stderr
+    assert b"\\u2202\\u03bb/\\u2202x = y" in p.stdout  # ∂λ/∂x, escaped
+    p = subprocess.run(run + ["jacobian", "x*y", "--wrt", "x", "--json", "--steps"], capture_output=True, env=env)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.decode("ascii"))
+    assert out["jacobian"] == "dx*y" and "∘" in json.dumps(out, ensure_ascii=False)
+    p = subprocess.run(run + ["derive", "det(x)", "--wrt", "x"], capture_output=True, env=env)
+    assert p.returncode == 2 and b"internal error" not in p.stderr  # the refusal's message, escaped
