@@ -100,4 +100,13 @@ def not_in_expression(wrt: str, names) -> DeriveError:
                            f"it is a constant")
     close = [n for n in names if n.lower() == wrt.lower()] or difflib.get_close_matches(wrt, names, n=1)
     hint = f" (did you mean {close[0]}?)" if close else ""
+    several = [w.strip() for w in wrt.replace(" ", ",").split(",") if w.strip()]
+    if len(several) > 1 and all(w in names for w in several):  # "X,W": one wrt per name
+        hint = (f" (for several, give each its own: --wrt {' --wrt '.join(several)}, or "
+                f"wrt={several!r})")
+    import unicodedata
+
+    plain = unicodedata.normalize("NFKC", wrt)
+    if plain != wrt and plain in names or any(unicodedata.normalize("NFKC", n) == wrt and n != wrt for n in names):
+        hint = " (a name in it is written with look-alike characters, such as full-width letters)"
     return DeriveError(f"{wrt!r} does not occur in the expression{hint}; its symbols are {', '.join(names)}")

@@ -92,6 +92,8 @@ def _letters():
 
 def parse_declaration(name: str, spec) -> tuple:
     """A declared shape: (), ("n",), ("m", "n"), ints allowed; "scalar" means ()."""
+    if not isinstance(name, str):
+        raise ShapeError(f"shapes are declared by symbol name (a str), got the key {name!r}")
     if isinstance(spec, str):
         s = spec.strip()
         if s in ("", "scalar", "()"):
@@ -110,7 +112,7 @@ def parse_declaration(name: str, spec) -> tuple:
     for d in spec:
         if isinstance(d, bool):
             raise ShapeError(f"bad dimension {d!r} in the shape of {name}")
-        if isinstance(d, numbers.Integral) or (isinstance(d, str) and d.strip().isascii() and d.strip().isdigit()):
+        if isinstance(d, numbers.Integral) or (isinstance(d, str) and re.fullmatch(r"[-+]?[0-9]+", d.strip())):
             d = int(d)
             if d < 1 or d > MAX_DIM:
                 raise ShapeError(f"dimension {d} in the shape of {name} must be between 1 and {MAX_DIM}")

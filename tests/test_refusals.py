@@ -233,3 +233,19 @@ def test_the_caret_under_size_and_a_long_name_shortened():
     with pytest.raises(MatcalcError) as e:
         matcalc.derive("tr(W)" + "x" * 10000, wrt="W")
     assert len(str(e.value).splitlines()[0]) < 700
+
+
+def test_a_shapes_key_that_is_not_a_name_and_a_negative_size_are_refused_clearly():
+    # a key 3 raised AttributeError ('int' object has no attribute 'lower'); "-1" was called
+    # a bad dimension name, "use a name like n or an int"
+    with pytest.raises(ShapeError, match="by symbol name .* the key 3"):
+        matcalc.derive("x:x", "x", shapes={3: ("a",)})
+    with pytest.raises(ShapeError, match="dimension -1 in the shape of x must be between 1 and"):
+        matcalc.derive("x:x", "x", shapes={"x": "-1"})
+
+
+def test_a_wrt_list_in_one_string_and_a_look_alike_name_get_a_hint():
+    with pytest.raises(DeriveError, match=r"give each its own: --wrt X --wrt W"):
+        matcalc.derive("X:W", "X,W")
+    with pytest.raises(DeriveError, match="look-alike characters"):
+        matcalc.derive("ｘ:ｘ", "x")  # full-width x
