@@ -139,8 +139,9 @@ class Derivation:
     def shape_reason(self) -> str:
         if not self.shape:
             return f"λ and {self.wrt} are scalars, so ∂λ/∂{self.wrt} is a scalar"
+        dw = f"d({self.wrt})" if "d" + self.wrt in self.user_shapes else f"d{self.wrt}"  # (a symbol dW)
         return (f"λ is a scalar, so ∂λ/∂{self.wrt} has the shape of {self.wrt}: in "
-                f"dλ = (∂λ/∂{self.wrt}):d{self.wrt} the gradient pairs entry by entry with d{self.wrt}")
+                f"dλ = (∂λ/∂{self.wrt}):{dw} the gradient pairs entry by entry with {dw}")
 
     @property
     def shape_text(self) -> str:
@@ -472,7 +473,6 @@ def differential_free(typed, wrt):
 def _derive_one(expr, typed, wrt, syntax="matcalc", symmetric=(), form=None) -> Derivation:
     if not isinstance(wrt, str):
         raise DeriveError(f"wrt must be a symbol name, got {wrt!r}")
-    differential_free(typed, wrt)
     subst = None
     if wrt in (typed.definitions or {}) and wrt not in typed.symbols:
         typed, subst = _intermediate(typed, wrt)
@@ -532,6 +532,8 @@ def _derive_one(expr, typed, wrt, syntax="matcalc", symmetric=(), form=None) -> 
             hidden = steps[-1].expanded if steps else frozenset()
             steps.append(Step(term(G0, dW), term(G, dW), f"{IDENTITY}: {', '.join(shown)}", hidden,
                               IDENTITY_LATEX))
+    if "d" + wrt in typed.symbols:  # a symbol named dW: the steps write W's differential d(W)
+        names[dW] = DiffName(wrt, f"d({wrt})")
     d = Derivation(expr, typed, primal, wrt, G, steps, rules, user_names, names)
     d.syntax = syntax
     d._subst = subst

@@ -15,8 +15,8 @@ class DiffName(str):
 
     base: str
 
-    def __new__(cls, base: str):
-        obj = str.__new__(cls, "d" + base)
+    def __new__(cls, base: str, text: str | None = None):
+        obj = str.__new__(cls, text or "d" + base)
         obj.base = base
         return obj
 
