@@ -100,6 +100,8 @@ class GradientFunction:
             shape = self.user_shapes[name]
             if np.iscomplexobj(value):
                 raise TypeError(f"{name} is complex; matcalc's functions take real numbers")
+            if value is None or isinstance(value, (str, bytes)):  # (asarray(None, float) is nan)
+                raise TypeError(f"{name} is {type(value).__name__}; matcalc's functions take numbers and arrays")
             arr = np.asarray(value, dtype=float)
             if len(shape) == 0:
                 if arr.size != 1:

@@ -96,6 +96,9 @@ def test_function_rejects_inputs_of_the_wrong_shape():
             X=np.ones((4, 3)), W=np.ones((3, 2)))
     with pytest.raises(TypeError, match="X is complex"):  # not its real part, silently
         d.function(G=np.ones((2, 4)), X=np.ones((2, 3)) * (1 + 1j), W=np.ones((3, 4)))
+    for bad in (None, "1.0"):  # None gave an array of nan, silently
+        with pytest.raises(TypeError, match="W is (NoneType|str)"):
+            d.function(G=np.ones((2, 4)), X=np.ones((2, 3)), W=bad)
     h = matcalc.hessian("sum(exp(A@x))", "x")
     with pytest.raises(TypeError, match=r"hvp_x\(\) is missing the argument\(s\) x"):
         h.hvp(np.ones(3), A=np.ones((2, 3)))
