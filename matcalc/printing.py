@@ -276,8 +276,11 @@ def tex_name(name: str) -> str:
     else:
         base_tex = "\\mathrm{" + re.sub(r"([_{}$#%&^\\])", lambda mm: "\\" + mm.group(1) if mm.group(1) != "\\" else "", base) + "}"
     if sub:
-        sub = sub.lstrip("_").replace("_", "\\_")
+        sub = sub.lstrip("_")
+        sub = GREEK_TEX.get(sub) or sub.replace("_", "\\_")  # x_lambda: x_λ
         return f"{base_tex}_{{{sub}}}"
+    if m and name.endswith("_"):  # x_ is not x
+        return base_tex + "\\_"
     return base_tex
 
 

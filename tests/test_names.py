@@ -42,3 +42,13 @@ def test_automatic_names_avoid_the_users():
 def test_declared_dimension_names_are_kept():
     d = matcalc.derive("G:(X@W)", wrt="W", shapes={"X": ("n", "d"), "W": ("d", "m")})
     assert d.shape == ("d", "m")
+
+
+def test_latex_of_greek_subscripts_and_a_trailing_underscore():
+    from matcalc.printing import tex_name
+
+    assert tex_name("x_λ") == tex_name("x_lambda") == "x_{\\lambda}"  # was x_{lambda}
+    assert tex_name("alpha_beta") == "\\alpha_{\\beta}"
+    assert tex_name("x_") != tex_name("x")  # both typeset as x
+    d = matcalc.derive("x_:x_ + x:x", "x_")
+    assert "x\\_" in d.latex
