@@ -52,6 +52,12 @@ class Derivation:
             self._names.update(shared)
 
     @property
+    def lam_symbol(self) -> str:
+        """The objective's name in text: λ, or ℓ where a symbol is itself named λ (one named
+        lambda reads apart in text; in LaTeX both are \\lambda, see objective_tex)."""
+        return "ℓ" if "λ" in self.symbols or "λ" in self._user_names.values() else "λ"
+
+    @property
     def _lam_tex(self) -> str:
         return objective_tex(list(self.symbols) + [n for n in self._user_names.values() if isinstance(n, str)])
 
@@ -137,21 +143,22 @@ class Derivation:
 
     @property
     def shape_reason(self) -> str:
+        L = self.lam_symbol
         if not self.shape:
-            return f"λ and {self.wrt} are scalars, so ∂λ/∂{self.wrt} is a scalar"
+            return f"{L} and {self.wrt} are scalars, so ∂{L}/∂{self.wrt} is a scalar"
         dw = f"d({self.wrt})" if "d" + self.wrt in self.user_shapes else f"d{self.wrt}"  # (a symbol dW)
-        return (f"λ is a scalar, so ∂λ/∂{self.wrt} has the shape of {self.wrt}: in "
-                f"dλ = (∂λ/∂{self.wrt}):{dw} the gradient pairs entry by entry with {dw}")
+        return (f"{L} is a scalar, so ∂{L}/∂{self.wrt} has the shape of {self.wrt}: in "
+                f"d{L} = (∂{L}/∂{self.wrt}):{dw} the gradient pairs entry by entry with {dw}")
 
     @property
     def shape_text(self) -> str:
         return shape_str(self.shape)
 
     def __repr__(self):
-        return f"<Derivation ∂λ/∂{self.wrt} = {self.text}, shape {self.shape_text}>"
+        return f"<Derivation ∂{self.lam_symbol}/∂{self.wrt} = {self.text}, shape {self.shape_text}>"
 
     def __str__(self):
-        return f"∂λ/∂{self.wrt} = {self.text}\nshape: {self.shape_text} (the shape of {self.wrt})"
+        return f"∂{self.lam_symbol}/∂{self.wrt} = {self.text}\nshape: {self.shape_text} (the shape of {self.wrt})"
 
     def _repr_latex_(self):
         return (f"$\\frac{{\\partial {self._lam_tex}}}{{\\partial {tex_name(self.wrt)}}} = {self.latex}"
@@ -160,15 +167,16 @@ class Derivation:
     # ---- the derivation
     def derivation_lines(self) -> list[str]:
         """The derivation as a student writes it, one line per step."""
-        lines = [f"λ = {self._print(self.lam, self._prim_names())}"]
+        L = self.lam_symbol
+        lines = [f"{L} = {self._print(self.lam, self._prim_names())}"]
         if self.definitions:
             lines.append("where " + ", ".join(f"{k} = {v}" for k, v in self.definitions.items()))
         for i, (st, text) in enumerate(self._shown_steps):
-            prefix = "dλ = " if i == 0 else "   = "
+            prefix = f"d{L} = " if i == 0 else "   = "
             lines.append(f"{prefix}{text}    [{st.identity}]")
         if not self.steps:
-            lines.append("dλ = 0    [λ does not change with " + self.wrt + "]")
-        lines.append(f"∂λ/∂{self.wrt} = {self.short_text}")
+            lines.append(f"d{L} = 0    [{L} does not change with {self.wrt}]")
+        lines.append(f"∂{L}/∂{self.wrt} = {self.short_text}")
         lines.append(f"shape {self.shape_text}: {self.shape_reason}")
         if self.symmetric_note:
             lines.append(self.symmetric_note)

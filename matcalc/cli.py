@@ -323,7 +323,7 @@ def run(argv=None) -> int:
         if args.steps:
             out.extend(d.derivation_lines())
         else:
-            out.append(f"∂λ/∂{w} = {d.text}")
+            out.append(f"∂{d.lam_symbol}/∂{w} = {d.text}")
             if d.short_text != d.text:
                 where = ", ".join(f"{k} = {v}" for k, v in d.short_definitions().items())
                 out.append(f"{' ' * (len(w) + 4)} = {d.short_text}    where {where}")
@@ -332,7 +332,7 @@ def run(argv=None) -> int:
                 out.append(d.symmetric_note)
         if args.layout == "numerator":
             text, shape = d.layout("numerator")
-            out.append(f"numerator layout: ∂λ/∂{w} = {text}, shape {shape_str(shape)} "
+            out.append(f"numerator layout: ∂{d.lam_symbol}/∂{w} = {text}, shape {shape_str(shape)} "
                        f"(the transpose of the gradient)")
         if args.latex:
             out.append(f"latex: {d.latex}")
@@ -342,7 +342,7 @@ def run(argv=None) -> int:
             import numpy as np
 
             where = ", ".join(f"{k}" for k in d.function.params)
-            out.append(f"at the given {where}: ∂λ/∂{w} =")
+            out.append(f"at the given {where}: ∂{d.lam_symbol}/∂{w} =")
             out.append(np.array2string(values[w], precision=8, max_line_width=100, threshold=10 ** 6))
         if args.code:
             out.append(d.source(args.backend).rstrip())

@@ -52,3 +52,10 @@ def test_latex_of_greek_subscripts_and_a_trailing_underscore():
     assert tex_name("x_") != tex_name("x")  # both typeset as x
     d = matcalc.derive("x_:x_ + x:x", "x_")
     assert "x\\_" in d.latex
+
+
+def test_the_objective_is_l_in_text_where_a_symbol_is_named_lambda_in_greek():
+    # ∂λ/∂w = λ*1 + … read as the objective's own name; a symbol spelled lambda reads apart
+    d = matcalc.derive("λ*sum(w) + w:w", "w")
+    assert str(d).startswith("∂ℓ/∂w = ") and d.derivation_lines()[0].startswith("ℓ = ")
+    assert str(matcalc.derive("lambda*w:w", "w")).startswith("∂λ/∂w = ")
