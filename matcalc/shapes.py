@@ -380,6 +380,10 @@ class _Typer:
         if k == "neg":
             return kid[0]
         if k == "T":
+            if self.source[n.children[0].end:n.end].strip() == "^T" and ("T" in self.declared or re.search(
+                    r"(?<![\w.^])T(?![\w(])", self.source.replace("^T", "  "))):  # alpha^T + T
+                self.note(n, f"{self.text(n)} is read as a transpose (^T); for a power of the symbol T "
+                             f"write {self.text(n.children[0])}**T")
             return (kid[0][1], kid[0][0])
         if k == "add":
             return self.broadcast(n, n.children, kid, "add")

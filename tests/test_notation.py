@@ -113,3 +113,12 @@ def test_a_name_that_usually_is_a_number_gets_a_note_when_it_is_a_vector():
     with warnings.catch_warnings():
         warnings.simplefilter("error", matcalc.NotationWarning)
         matcalc.derive("sum(x/sqrt(x:x + eps))", wrt="x", shapes={"eps": ()})  # declared: no note
+
+
+def test_a_caret_T_beside_a_symbol_named_T_gets_a_note():
+    # alpha^T + T: ^T is the transpose, though a power of the symbol T was likely meant
+    with pytest.warns(matcalc.NotationWarning, match=r"alpha\^T is read as a transpose .* alpha\*\*T"):
+        assert matcalc.derive("alpha^T + T", "alpha", shapes={"T": ()}).text == "1"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        matcalc.derive("x^T@A@x", "x")  # no T anywhere else: no note
