@@ -88,7 +88,11 @@ def parse_shapes(items) -> dict:
         if not sep or not name:
             raise DeriveError(f"--shape takes NAME=DIMS (like W=a,b or alpha=scalar), got {item!r}")
         dims = dims.strip()
-        shapes[name] = () if dims in ("", "scalar", "()") else tuple(p.strip() for p in dims.split(","))
+        shape = () if dims in ("", "scalar", "()") else tuple(p.strip() for p in dims.split(","))
+        if shapes.get(name, shape) != shape:
+            raise DeriveError(f"--shape {name} is given twice, as {','.join(shapes[name]) or 'scalar'} "
+                              f"and as {','.join(shape) or 'scalar'}")
+        shapes[name] = shape
     return shapes
 
 
@@ -192,6 +196,8 @@ def parse_at(items) -> dict:
         name = name.strip()
         if not sep or not name or not value.strip():
             raise DeriveError(f"--at takes NAME=VALUE (like x=[1,2] or alpha=0.5), got {item!r}")
+        if name in out:
+            raise DeriveError(f"--at {name} is given twice")
         depth = _depth(value)
         if depth > 2:  # (json.loads would recurse that deep)
             raise DeriveError(f"--at {name}: {value.strip()[:60]!r} nests lists {depth} deep; an argument "

@@ -211,3 +211,12 @@ def test_a_console_that_cannot_encode_the_symbols_gets_escapes_not_an_internal_e
     assert out["jacobian"] == "dx*y" and "∘" in json.dumps(out, ensure_ascii=False)
     p = subprocess.run(run + ["derive", "det(x)", "--wrt", "x"], capture_output=True, env=env)
     assert p.returncode == 2 and b"internal error" not in p.stderr  # the refusal's message, escaped
+
+
+def test_a_shape_or_value_given_twice_differently_is_refused(capsys):
+    # the last one won, silently
+    assert cli.run(["derive", "x:x", "--wrt", "x", "--shape", "x=a", "--shape", "x=b,c"]) == 2
+    assert "--shape x is given twice, as a and as b,c" in capsys.readouterr().err
+    assert cli.run(["derive", "x:x", "--wrt", "x", "--shape", "x=a", "--shape", "x=a"]) == 0
+    assert cli.run(["derive", "x:x", "--wrt", "x", "--at", "x=[1,2]", "--at", "x=[1,3]"]) == 2
+    assert "--at x is given twice" in capsys.readouterr().err
