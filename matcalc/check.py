@@ -286,7 +286,7 @@ def over_size_choices(user_shapes: dict, fixed, run, inverts: bool = True) -> Ch
             from .errors import OutOfMemory
 
             raise OutOfMemory(f"the numerical check ran out of memory at {sizes_text(sizes)}: give smaller "
-                              "ones (check(sizes={...}))") from None
+                              "sizes (d.check(sizes={...}) in Python; --shape's sizes on the command line)") from None
 
     first = at(choose_sizes(dims, fixed))
     if first.ok or (np.isfinite(first.max_rel_error) and not inverts):
@@ -393,6 +393,7 @@ def _gradient_check_at(sizes, value_function, gradient, wrt, user_shapes, symbol
         note = note or msg
     if used == 0:
         why = ("the gradient met a singular matrix on every draw where λ was finite" if singular
-               else "λ was not finite on any random draw; pass domain={...}")
+               else "λ was not finite on any random draw; say where to draw its inputs: "
+               "d.check(domain={...}) in Python")
         return CheckReport(False, float("inf"), tol, sizes, domains, 0, 0, why)
     return CheckReport(worst <= tol, worst, tol, sizes, domains, total, used, note)

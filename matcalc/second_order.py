@@ -894,7 +894,8 @@ def _check_at(m: _LinearMap, seed, tol, draws, domain, sizes):
         note = note or msg
     if used == 0:
         return CheckReport(False, float("inf"), tol, sizes, domains, 0, 0,
-                           "the function was not finite on any random draw; pass domain={...}")
+                           "the function was not finite on any random draw; say where to draw its "
+                           "inputs: .check(domain={...})")
     return CheckReport(worst <= tol, worst, tol, sizes, domains, total, used, note)
 
 
