@@ -403,7 +403,7 @@ def test_jacobian_of_a_scalar_carries_the_cli_note(client):
     ("hessian", "A@X", "X", "use jacobian"),           # not a scalar: points to the Jacobian
     ("hessian", "x.T@A@x", "y", "'y' does not occur"),
     ("jacobian", "softmax(X@@x)", "x", "^"),           # a parse error, with its caret
-    ("jacobian", "A@x + y.T", "x", "^"),                 # ill-shaped
+    ("jacobian", "x + kron(x, x)", "x", "^"),            # ill-shaped
 ])
 def test_second_order_refusals_are_the_cli_messages_with_the_caret(client, kind, expr, wrt, needle):
     r = subprocess.run([sys.executable, "-m", "matcalc", kind, expr, "--wrt", wrt],
@@ -620,7 +620,7 @@ def test_browser_vae_example_typeset_with_steps(page, server):
 
 
 def test_browser_refusal_shows_the_caret_and_the_page_stays_usable(page, server):
-    bad = "alpha*(exp(W@x+c)-W@x-c+m.T-1):1"
+    bad = "alpha*(exp(W@x+c)-W@x-c+kron(c, c)-1):1"
     with pytest.raises(matcalc.MatcalcError) as err:
         matcalc.derive(bad, wrt=["W"])
     page.goto(server.url)
