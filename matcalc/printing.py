@@ -148,7 +148,7 @@ class TextPrinter:
                 if i == 0 and not (f.op == "matmul" and len(fs) > 1):
                     out.append(self.wrap(f, PROD))
                 elif f.op in ("matmul", "div") and scalars_before and i == len(fs) - 1 \
-                        and not _ones_first(f):  # 0.1*(1.T@A): a bare 1.T takes its size from @
+                        and not _ones_first(f, quotient=True):  # 0.1*(1.T@A): a bare 1.T takes its size from @
                     out.append(self.wrap(f, PROD))
                 else:
                     out.append(self.wrap(f, PROD, strict=True))
@@ -209,9 +209,10 @@ def _ones_matrix(e: Expr, printer) -> bool:
     return (e.op == "const" and e.shape[0] != 1 and e.shape[1] != 1 and e not in printer.names)
 
 
-def _ones_first(e: Expr) -> bool:
-    """Whether a product chain starts with an all-ones array (1.T@A)."""
-    while e.op == "matmul":
+def _ones_first(e: Expr, quotient: bool = False) -> bool:
+    """Whether a product chain (or with ``quotient``, a quotient) starts with an all-ones
+    array: 1.T@A, 1@r/n."""
+    while e.op == "matmul" or quotient and e.op == "div":
         e = e.args[0]
     return e.op == "const" and e.shape != SCALAR
 

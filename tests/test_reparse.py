@@ -108,6 +108,8 @@ def test_printed_text_reparses(case, seed):
     ("alpha*sum(softmax(X - X, 1))", "alpha", None),
     ("mean(diag(A))", "A", {"A": ("n", "n")}),                  # Diag(1/n) is I/n
     ("(sum(x + A, 1)@(2*y**2)) - alpha", "x", None),  # sum(y**2@1.T, 1): an outer product summed
+    ("sum(mean(X, 0)**2)", "X", None),  # 2*(1@mean(X, 0)/n): 2*1@… read 2*1 as the number 2
+    ("-sum(mean(X, 0)**3)", "X", None),
 ])
 def test_known_forms_reparse(expr, wrt, shapes):
     d = matcalc.derive(expr, wrt=wrt, shapes=shapes)
