@@ -783,6 +783,11 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
     if name == "sum" and attr is not None and a.op == "matmul" and a.args[0].shape[1] == 1:
         u, v = a.args  # an outer product u vᵀ: along its rows u sum(v), along its columns sum(u) vᵀ
         return s_mul(u, s_func("sum", v)) if attr == 1 else s_mul(s_func("sum", u), v)
+    if name == "sum" and attr is not None and a.op == "T" and a.shape[0] != 1 and a.shape[1] != 1:
+        return s_T(s_func("sum", a.args[0], attr=1 - attr))  # sum(Aᵀ, 1) = sum(A, 0)ᵀ
+    if name == "sum" and attr is not None and a.op == "matmul" and a.args[attr].op == "Diag":
+        m, h = (a.args[0], a.args[1].args[0]) if attr == 1 else (a.args[1], a.args[0].args[0])
+        return s_matmul(m, h) if attr == 1 else s_matmul(s_T(h), m)  # M Diag(h) 1 = M h, 1ᵀ Diag(h) M = hᵀM
     if name == "sum" and attr is not None and a.shape[0] != 1 and a.shape[1] != 1:
         along = _sum_along(a, attr)
         if along is not None:
@@ -800,6 +805,19 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
             return a
     if name == "diag" and a.op == "Diag":
         return a.args[0]
+    if name == "diag" and a.op == "add":  # linear, where the terms' diagonals then simplify
+        split = s_add(*[s_func("diag", t) for t in a.args])
+        if ir.tree_size(split) <= ir.tree_size(a):
+            return split
+    if name == "diag" and a.op == "matmul":  # diag(u vᵀ) = u∘v, u a column (of a chain u@B@C)
+        fs = []
+        for f in ir.chain_factors(a):  # an array of c's as c1@1ᵀ
+            fs += [const(f.attr, (f.shape[0], 1)), const(1.0, (1, f.shape[1]))] \
+                if f.op == "const" and f.shape[0] != 1 and f.shape[1] != 1 else [f]
+        k = next((i for i, f in enumerate(fs) if f.shape[1] == 1), None)
+        if k is not None and k + 1 < len(fs):
+            u, v = _chain(fs[:k + 1]), _chain(fs[k + 1:])
+            return s_mul(u, s_T(v))
     if name == "log":
         if a.op == "exp":
             return a.args[0]
@@ -1014,3 +1032,11 @@ def stabilize(e: Expr) -> Expr:
             new = ir.frob(x, x)
         memo[node] = new
     return memo[e]
+
+
+def _chain(fs: list) -> Expr:
+    """The product of a chain's factors, left to right."""
+    out = fs[0]
+    for f in fs[1:]:
+        out = s_matmul(out, f)
+    return out

@@ -376,3 +376,23 @@ def test_a_number_spread_over_an_array_keeps_its_count_in_the_text():
     s = np.sqrt(v @ v + 1)
     np.testing.assert_allclose(d.function(v=v, M=M), -12 * (1 - np.tanh(1 / s) ** 2) * v / s ** 3, rtol=1e-12)
     assert matcalc.derive("sum(exp(alpha + 0*X))", "alpha").text == "exp(alpha)*size(X, 0)*size(X, 1)"
+
+
+@pytest.mark.parametrize("expr, text, want", [
+    # diag(u vᵀ) = u∘v, M Diag(h) 1 = M h, 1ᵀ Diag(h) M = hᵀM: sum(Diag(x)@A@x) is xᵀAx
+    ("sum(Diag(x)@A@x)", "(A.T + A)@x", lambda x, y, A: (A.T + A) @ x),
+    ("sum(Diag(x)@A@Diag(x))", "(A.T + A)@x", lambda x, y, A: (A.T + A) @ x),
+    ("sum(Diag(x)@y)", "y", lambda x, y, A: y),
+    ("sum(diag(x@y.T))", "y", lambda x, y, A: y),
+    ("sum(Diag(x)@A)", "sum(A, 1)", lambda x, y, A: A.sum(1)),
+    ("sum(A@Diag(x))", "sum(A, 0).T", lambda x, y, A: A.sum(0)),
+])
+def test_diagonals_of_outer_products_and_sums_through_Diag(expr, text, want):
+    d = matcalc.derive(expr, "x")
+    assert d.text == text  # was e.g. sum(A.T@Diag(x), 1) + diag(1@x.T@A.T)
+    rng = np.random.default_rng(12)
+    x, y, A = rng.standard_normal(4), rng.standard_normal(4), rng.standard_normal((4, 4))
+    vals = {k: v for k, v in dict(x=x, y=y, A=A).items() if k in d.function.params}
+    np.testing.assert_allclose(d.function(**vals), want(x, y, A), rtol=1e-12)
+    if "Diag(x)@A@" in expr:
+        assert matcalc.hessian(expr, "x").kron == "A + A.T"  # it was None
