@@ -18,7 +18,12 @@ def fmt_number(v: float) -> str:
         return repr(v)  # only an overflow while folding makes one; it does not re-parse
     if v == int(v) and abs(v) < 1e15:
         return str(int(v))
-    return repr(v)
+    s = repr(v)
+    if len(s) > 15:  # 0.1*0.1 = 0.010000000000000002: the number meant, a bit or two away, is 0.01
+        short = float(f"{v:.12g}")
+        if abs(short - v) <= 4e-16 * abs(v):
+            return repr(short) if short != int(short) else str(int(short))
+    return s
 
 
 def number_form(v: float):
@@ -26,6 +31,8 @@ def number_form(v: float):
     (0.3333333333333333 is 1/3), ("log", k) for log k with k ≤ 20 (0.6931471805599453 is
     log 2), each only where it is that float up to the last bit; else None (0.5 and 0.1 stay)."""
     if v == 0.0 or len(repr(abs(v))) <= 8 or not math.isfinite(v):
+        return None
+    if len(fmt_number(abs(v))) <= 8:  # 0.1 + 0.2 is 0.3 (fmt_number), not 3/10
         return None
     from fractions import Fraction  # (only for such a number: the import takes 4 ms)
 

@@ -301,3 +301,10 @@ def test_numbers_that_rounding_made_long_print_as_meant(expr, wrt, text, tex):
     text_value = eval(text.replace("sigmoid", "_s").replace("log", "np.log"),  # noqa: S307 - our own output
                       {"np": np, "_s": lambda t: 1 / (1 + np.exp(-t)), wrt: v})
     np.testing.assert_allclose(d.function(**{wrt: v}), text_value, rtol=1e-14)
+
+
+def test_a_number_one_rounding_away_from_a_short_one_prints_short():
+    # 0.1*0.1 printed 0.010000000000000002, 0.1 + 0.2 as 0.30000000000000004
+    h = matcalc.hessian("exp(0.1*x.T@A@x)", "x")
+    assert "0.01*" in h.text and "0.010000000000000002" not in h.text
+    assert matcalc.derive("(0.1 + 0.2)*sum(x)", "x").text == "0.3"
