@@ -170,7 +170,7 @@ def fold(f, g):
             C = _like(f.C, g.h.shape)
             if C is not None:
                 return RowV(simplify(s_mul(C, g.h)))
-        if isinstance(g, Comm):
+        if isinstance(g, Comm) and f.C.shape == (g.q, g.p):  # vec(C)ᵀK_pq = vec(Cᵀ)ᵀ for C q×p
             return RowV(simplify(s_T(f.C)))
         if isinstance(g, ColV) and _like(f.C, g.c.shape) is not None:  # a 1×1 block: Cᵀc
             return Kron(ONE, simplify(s_matmul(s_T(_like(f.C, g.c.shape)), g.c)))

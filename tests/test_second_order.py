@@ -695,3 +695,19 @@ def test_a_vector_F_takes_the_orientation_of_arguments_declared_as_columns():
     B = rng.standard_normal((4, 3))
     assert row.value_function(B=B, x=x).shape == row.jvp(V, B=B, x=x).shape == (1, 3)
     np.testing.assert_allclose(row.jvp(V, B=B, x=x), V.T @ B)
+
+
+def test_a_row_through_a_commutation_keeps_it_where_the_row_is_a_vec():
+    # vec(C)ᵀK = vec(Cᵀ)ᵀ only for C of K's output shape: for C = vec(Aᵀ)vec(Aᵀ)ᵀ's row the K
+    # was dropped, and the dense matrices permuted (rel. error 0.3)
+    A = np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]) / 4
+    vecF = lambda M: M.reshape(-1, order="F")  # noqa: E731
+    K = np.stack([vecF(E.reshape(3, 2, order="F").T) for E in np.eye(6)], 1)  # K vec(A) = vec(Aᵀ)
+    assert np.allclose(K @ vecF(A), vecF(A.T))
+    s = np.exp(K @ vecF(A)) / np.exp(K @ vecF(A)).sum()
+    j = matcalc.jacobian("softmax(vec(A.T))", "A")
+    np.testing.assert_allclose(j.matrix(A=A), (np.diag(s) - np.outer(s, s)) @ K, rtol=1e-12, atol=1e-15)
+    n, v = np.linalg.norm(A), vecF(A)
+    h = matcalc.hessian("norm2(vec(A.T))", "A")  # ‖A‖: I/n − vec(A)vec(A)ᵀ/n³
+    np.testing.assert_allclose(h.matrix(A=A), np.eye(6) / n - np.outer(v, v) / n ** 3, rtol=1e-12, atol=1e-15)
+    assert h.kron.endswith("@K_ab")
