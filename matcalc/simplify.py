@@ -465,6 +465,10 @@ def s_matmul(a: Expr, b: Expr) -> Expr:
         return s_mul(a, b)
     if a.op == "const" and b.op == "const" and a.shape[1] == 1:  # 1 1ᵀ = 1
         return const(a.attr * b.attr, shape)
+    if a.op == "const" and a.shape[0] != 1 and a.shape[1] != 1 and b.shape[1] == 1:  # (c 1 1ᵀ) v = c sum(v) 1
+        return s_mul(const(a.attr), s_func("sum", b), const(1.0, shape))
+    if b.op == "const" and b.shape[0] != 1 and b.shape[1] != 1 and a.shape[0] == 1:  # uᵀ(c 1 1ᵀ) = c sum(u) 1ᵀ
+        return s_mul(const(b.attr), s_func("sum", a), const(1.0, shape))
     sa, a2 = _split_scalars(a)
     sb, b2 = _split_scalars(b)
     if sa or sb:
@@ -752,6 +756,9 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
         return a
     if a.op == "const" and op.fold_const is not None:  # sum(c1) = c·(its size), Diag(c1) = cI, …
         return simplify(op.fold_const(a.attr, a.shape, attr))
+    if op.fold_const is not None and op.transpose is not None and op.nargs == 1 and a.op in ("mul", "div") \
+            and (beta := _spread_number(a)) is not None:  # linear: Diag(β1) = βI, sum(β1, 0) = β sum(1, 0)
+        return s_mul(beta, s_func(name, const(1.0, a.shape), attr=attr))
     if op.fold_const is not None and op.transpose is not None and op.nargs == 1:
         # linear: sum(βX) = β sum(X), Diag(X/β) = Diag(X)/β (then c1 folds: sum(1/n) = 1)
         if a.op == "mul":
@@ -759,7 +766,7 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
             if sc and arr.shape == a.shape and (name in ("sum", "tr", "mean") or arr.op == "const"):
                 return s_mul(*sc, s_func(name, arr, attr=attr))
         if a.op == "div" and a.args[1].shape == SCALAR and (name in ("sum", "tr", "mean")
-                                                            or a.args[0].op == "const"):
+                                                            or _split_scalars(a.args[0])[1].op == "const"):
             return s_div(s_func(name, a.args[0], attr=attr), a.args[1])
     if a.op == "add" and name == "sum" and attr is None:  # linear: where terms then cancel
         split = s_add(*[s_func(name, t if t.shape == a.shape else s_mul(t, const(1.0, a.shape)))
@@ -882,11 +889,12 @@ def _spread_number(a: Expr):
     """β for an array a = β1 (a number β spread over a's shape: β∘1, c1⊘β), else None."""
     if a.shape == SCALAR:
         return None
-    if a.op == "mul" and any(f.op == "const" and f.shape == a.shape for f in a.args) \
-            and all(f.shape == SCALAR or f.op == "const" for f in a.args):
-        return s_mul(*[f if f.shape == SCALAR else const(f.attr) for f in a.args])
-    if a.op == "div" and a.args[0].op == "const" and a.args[1].shape == SCALAR:
-        return s_div(const(a.args[0].attr), a.args[1])
+    if a.op == "mul" and any(f.shape != SCALAR for f in a.args):
+        parts = [f if f.shape == SCALAR else _spread_number(f) for f in a.args]
+        return s_mul(*parts) if all(p is not None for p in parts) else None
+    if a.op == "div" and a.args[0].shape != SCALAR and a.args[1].shape == SCALAR:
+        beta = _spread_number(a.args[0])
+        return None if beta is None else s_div(beta, a.args[1])
     if a.op == "add":  # 1 - β²1
         parts = [t if t.shape == SCALAR else _spread_number(t) for t in a.args]
         return s_add(*parts) if all(p is not None for p in parts) else None

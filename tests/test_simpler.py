@@ -396,3 +396,20 @@ def test_diagonals_of_outer_products_and_sums_through_Diag(expr, text, want):
     np.testing.assert_allclose(d.function(**vals), want(x, y, A), rtol=1e-12)
     if "Diag(x)@A@" in expr:
         assert matcalc.hessian(expr, "x").kron == "A + A.T"  # it was None
+
+
+@pytest.mark.parametrize("expr, wrt, text, want", [
+    # (1 1ᵀ)v = sum(v)1: Diag(1@(1.T@y)) read back as a number; 1@(1.T@x):y did not read back
+    ("sum(diag(X)@y.T)", "X", "sum(y)*I", lambda X, x, y: y.sum() * np.eye(4)),
+    ("sum(alpha*y@x.T)", "alpha", "sum(x)*sum(y)", lambda X, x, y: x.sum() * y.sum()),
+    ("sum(diag(X@X.T)@y.T)", "X", "2*sum(y)*X", lambda X, x, y: 2 * y.sum() * X),
+    ("mean(diag(X)@diag(X).T)", "X", "2*sum(diag(X))*I/size(X, 0)**2",
+     lambda X, x, y: 2 * np.trace(X) * np.eye(4) / 16),
+])
+def test_a_matrix_of_ones_times_a_vector_is_its_sum_spread(expr, wrt, text, want):
+    d = matcalc.derive(expr, wrt)
+    assert d.text == text
+    rng = np.random.default_rng(13)
+    X, x, y = rng.standard_normal((4, 4)), rng.standard_normal(3), rng.standard_normal(5)
+    vals = {k: v for k, v in dict(X=X, x=x, y=y, alpha=0.3).items() if k in d.function.params}
+    np.testing.assert_allclose(d.function(**vals), want(X, x, y), rtol=1e-12)
