@@ -298,6 +298,14 @@ def run(argv=None) -> int:
                 raise DeriveError(f"--at names {', '.join(unknown)}, which is not a symbol of the expression; "
                                   f"its symbols are {', '.join(sorted(symbols))}")
             values = {w: evaluate_at(d, at) for w, d in results.items()}
+            import numpy as np
+
+            for name in args.sym or ():
+                v = at.get(name)
+                if v is not None and np.ndim(v) == 2 and np.shape(v)[0] == np.shape(v)[1] \
+                        and not np.allclose(v, np.transpose(v)):
+                    print(f"matcalc: note: --at {name} is not symmetric, though --sym {name} declares it "
+                          f"so: the gradient printed is the one for a symmetric {name}", file=sys.stderr)
     except MatcalcError as e:
         print(f"matcalc: {e}", file=sys.stderr)
         return EXIT_REFUSED
@@ -349,7 +357,8 @@ def run(argv=None) -> int:
 
             where = ", ".join(f"{k}" for k in d.function.params)
             out.append(f"at the given {where}: ∂{d.lam_symbol}/∂{w} =")
-            out.append(np.array2string(values[w], precision=8, max_line_width=100, threshold=10 ** 6))
+            out.append(np.array2string(np.asarray(values[w]) + 0.0, precision=8, max_line_width=100,
+                                       threshold=10 ** 6))  # (+ 0.0: no -0.)
         if args.code:
             out.append(d.source(args.backend).rstrip())
         if report is not None:

@@ -1,5 +1,6 @@
 """--at NAME=VALUE: the gradient evaluated at numbers typed on the command line."""
 import json
+import re
 import subprocess
 import sys
 
@@ -82,3 +83,18 @@ def test_at_values_of_nested_objects_are_refused_too():
     r = subprocess.run([sys.executable, "-m", "matcalc", "derive", "sum(x)", "--wrt", "x", "--at", f"x={value}"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "Traceback" not in r.stderr
+
+
+def test_a_value_for_a_symmetric_matrix_that_is_not_symmetric_gets_a_note(capsys):
+    # inv(S) at a non-symmetric S is not the gradient of a symmetric S: say so; and no -0.
+    assert cli.run(["derive", "logdet(S)", "--wrt", "S", "--sym", "S", "--at", "S=[[2,1],[0,3]]"]) == 0
+    out, err = capsys.readouterr()
+    assert "--at S is not symmetric, though --sym S declares it so" in err
+    assert cli.run(["derive", "logdet(S)", "--wrt", "S", "--sym", "S", "--at", "S=[[2,1],[1,3]]"]) == 0
+    assert "not symmetric" not in capsys.readouterr().err
+
+
+def test_a_negative_zero_prints_as_0(capsys):
+    assert cli.run(["derive", "-(x:y)", "--wrt", "x", "--at", "y=[0,1]", "--at", "x=[1,1]"]) == 0
+    out = capsys.readouterr().out
+    assert not re.search(r"-0\.(?!\d)", out) and "-1." in out  # [-0. -1.]
