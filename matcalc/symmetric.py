@@ -115,7 +115,7 @@ def _canon(e: Expr, names: frozenset, transpose: bool = False):
         return ("matmul", tuple(fs))
     if op in ("add", "mul"):  # commutative: the order of the terms does not matter
         return (op, e.attr, tuple(sorted((_canon(a, names, transpose) for a in e.args), key=repr)))
-    if op in ("div", "inv", "pow") or _elementwise(op):
+    if op in ("div", "inv", "pow", "matrix_power") or _elementwise(op):  # (Xᵏ)ᵀ = (Xᵀ)ᵏ
         return (op, e.attr, tuple(_canon(a, names, transpose) for a in e.args))
     if op == "Diag":
         return (op, _canon(e.args[0], names))

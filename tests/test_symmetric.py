@@ -105,3 +105,12 @@ def test_cli(capsys):
     out, _ = capsys.readouterr()
     j = json.loads(out)
     assert code == 0 and j["gradient"] == "inv(S)" and j["symmetric"] == ["S"] and j["check"]["ok"]
+
+
+def test_a_power_of_a_symmetric_form_is_symmetric():
+    # (XᵀX)⁻² equals its transpose: tr(inv(X.T@X)) read -X@(P + P.T), P = matrix_power(X.T@X, -2)
+    d = matcalc.derive("tr(inv(X.T@X))", "X")
+    assert d.text == "-2*X@matrix_power(X.T@X, -2)"
+    X = np.random.default_rng(4).standard_normal((5, 3))
+    P = np.linalg.inv(X.T @ X)
+    np.testing.assert_allclose(d.function(X=X), -2 * X @ P @ P, rtol=1e-10)
