@@ -1085,6 +1085,9 @@ def add_cli_parsers(sub) -> None:
                        help="the framework of --code and of --json's <backend>_source (default numpy)")
         p.add_argument("--check", action="store_true",
                        help="check against finite differences (exit 1 if it fails)")
+        p.add_argument("--at", action="append", default=[], metavar="NAME=VALUE",
+                       help="the dense matrix at numbers: a number or a nested list per symbol, "
+                            "e.g. --at x=[1,2] --at A=[[1,0],[0,1]]")
         p.add_argument("--json", action="store_true", help="print one JSON object per variable (block)")
 
 
@@ -1129,10 +1132,35 @@ def json_object(r, report=None, key=None, notes=(), backend: str = "numpy", seve
     return obj
 
 
+def _matrix_at(r, values: dict):
+    """The dense matrix of ``r`` at ``values`` (name -> number or nested list), for --at."""
+    import numpy as np
+
+    from .errors import DeriveError, ShapeError
+
+    unknown = [k for k in values if k not in r._params]
+    if unknown:
+        raise DeriveError(f"--at names {', '.join(unknown)}, which is not a symbol of the expression; "
+                          f"its symbols are {', '.join(r._params)}")
+    missing = [p for p in r._params if p not in values]
+    if missing:
+        raise DeriveError(f"--at gives no value for {', '.join(missing)} (the {r.kind} needs "
+                          f"{', '.join(r._params)})")
+    try:
+        with np.errstate(all="ignore"):
+            return np.asarray(r.matrix(**values), dtype=float)
+    except np.linalg.LinAlgError as e:
+        raise DeriveError(f"--at: the {r.kind} inverts or factorises a matrix that is singular at these "
+                          f"values ({e})") from None
+    except (ShapeError, ValueError) as e:
+        raise ShapeError(f"--at: {getattr(e, 'message', e)}") from None
+
+
 def run_cli(args) -> int:
     import sys
 
-    from .cli import EXIT_OK, EXIT_REFUSED, check_backend_args, check_status, dumps, parse_lets, parse_shapes
+    from .cli import (EXIT_OK, EXIT_REFUSED, check_backend_args, check_status, dumps, parse_at, parse_lets,
+                      parse_shapes)
     from .errors import MatcalcError
 
     try:
@@ -1148,6 +1176,8 @@ def run_cli(args) -> int:
         for r in results.values():  # a refusal of the emitted framework code is a refusal too
             if args.backend != "numpy":
                 r.source(args.backend)
+        at = parse_at(args.at) if args.at else None
+        dense = {key: _matrix_at(r, at) for key, r in results.items()} if at is not None else {}
     except MatcalcError as e:
         print(f"matcalc: {e}", file=sys.stderr)
         return EXIT_REFUSED
@@ -1163,6 +1193,8 @@ def run_cli(args) -> int:
             status = max(status, check_status(report))
         if args.json:
             obj = json_object(r, report, key, notes, args.backend, several=len(results) > 1)
+            if key in dense:
+                obj["value"] = dense[key].tolist()
             out.append(dumps(obj))
             continue
         if len(results) > 1:
@@ -1184,6 +1216,12 @@ def run_cli(args) -> int:
                 out.append(f"vec form latex: {r.kron_latex}")
             if args.steps:
                 out.append(r.steps_latex)
+        if key in dense:
+            import numpy as np
+
+            out.append(f"at the given {', '.join(r._params)}: the dense {r.kind.capitalize()}, {dense[key].shape[0]}×"
+                       f"{dense[key].shape[1]} (column-major vec order) =")
+            out.append(np.array2string(dense[key] + 0.0, precision=8, max_line_width=100, threshold=10 ** 6))
         if args.code:
             out.append(r.source(args.backend).rstrip())
         if report is not None:

@@ -98,3 +98,17 @@ def test_a_negative_zero_prints_as_0(capsys):
     assert cli.run(["derive", "-(x:y)", "--wrt", "x", "--at", "y=[0,1]", "--at", "x=[1,1]"]) == 0
     out = capsys.readouterr().out
     assert not re.search(r"-0\.(?!\d)", out) and "-1." in out  # [-0. -1.]
+
+
+def test_hessian_and_jacobian_at_given_values(capsys):
+    # the dense matrix at numbers typed on the command line, as derive --at gives the gradient
+    A = [[1.0, 2.0], [3.0, 4.0], [0.0, 1.0]]
+    assert cli.run(["hessian", "x.T@B@x", "--wrt", "x", "--at", "x=[1,2]", "--at", "B=[[1,2],[3,4]]"]) == 0
+    out = capsys.readouterr().out
+    assert "the dense Hessian, 2×2" in out and "[[2. 5.]\n [5. 8.]]" in out  # B + Bᵀ
+    assert cli.run(["jacobian", "exp(A@x)", "--wrt", "x", "--at", "x=[1,2]", "--at", f"A={A}", "--json"]) == 0
+    got = np.array(json.loads(capsys.readouterr().out)["value"])
+    z = np.array(A) @ np.array([1.0, 2.0])
+    np.testing.assert_allclose(got, np.exp(z)[:, None] * np.array(A), rtol=1e-12)  # Diag(e^z) A
+    assert cli.run(["hessian", "x.T@B@x", "--wrt", "x", "--at", "x=[1,2]"]) == 2
+    assert "--at gives no value for B" in capsys.readouterr().err
