@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from . import ir
 from .ir import SCALAR, Expr, const
 from .ops import REGISTRY
-from .simplify import s_add, s_div, s_matmul, s_mul, s_T, simplify
+from .simplify import s_add, s_div, s_frob, s_matmul, s_mul, s_T, simplify
 
 
 def dims_of(d) -> tuple:
@@ -172,8 +172,9 @@ def fold(f, g):
                 return RowV(simplify(s_mul(C, g.h)))
         if isinstance(g, Comm) and f.C.shape == (g.q, g.p):  # vec(C)ᵀK_pq = vec(Cᵀ)ᵀ for C q×p
             return RowV(simplify(s_T(f.C)))
-        if isinstance(g, ColV) and _like(f.C, g.c.shape) is not None:  # a 1×1 block: Cᵀc
-            return Kron(ONE, simplify(s_matmul(s_T(_like(f.C, g.c.shape)), g.c)))
+        if isinstance(g, ColV) and _like(f.C, g.c.shape) is not None:  # a 1×1 block: vec(C)ᵀvec(c) = C:c
+            C = _like(f.C, g.c.shape)
+            return Kron(ONE, simplify(s_matmul(s_T(C), g.c) if C.shape[1] == 1 else s_frob(C, g.c)))
     return None
 
 

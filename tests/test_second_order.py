@@ -711,3 +711,20 @@ def test_a_row_through_a_commutation_keeps_it_where_the_row_is_a_vec():
     h = matcalc.hessian("norm2(vec(A.T))", "A")  # ‖A‖: I/n − vec(A)vec(A)ᵀ/n³
     np.testing.assert_allclose(h.matrix(A=A), np.eye(6) / n - np.outer(v, v) / n ** 3, rtol=1e-12, atol=1e-15)
     assert h.kron.endswith("@K_ab")
+
+
+def test_the_dense_hessian_in_a_scalar_over_matrix_expressions():
+    # a row times a column folds to their 1×1 block, vec(C)ᵀvec(c) = C:c; written Cᵀc for
+    # matrices it was a 4×4 product, and .matrix raised (cannot reshape 16 into (1, 1))
+    rng = np.random.default_rng(21)
+    A, r = rng.standard_normal((3, 4)), rng.standard_normal((1, 5))
+    X = 2 * np.eye(3) + rng.standard_normal((3, 3)) / 3
+    s = 0.4
+    cases = [("sum(exp(sigma*A))", None, dict(A=A), np.sum(A ** 2 * np.exp(s * A))),
+             ("logdet(X + sigma*I)", None, dict(X=X),
+              -np.trace(np.linalg.matrix_power(np.linalg.inv(X + s * np.eye(3)), 2))),
+             ("sum(exp(sigma*r))", {"r": (1, "n")}, dict(r=r), np.sum(r ** 2 * np.exp(s * r)))]
+    for expr, shapes, vals, want in cases:
+        h = matcalc.hessian(expr, "sigma", shapes=shapes)
+        np.testing.assert_allclose(h.matrix(sigma=s, **vals), [[want]], rtol=1e-10)
+        np.testing.assert_allclose(h.hvp(1.0, sigma=s, **vals), want, rtol=1e-10)
