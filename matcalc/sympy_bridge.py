@@ -503,10 +503,13 @@ class _FromSympy:
         if (isinstance(e, sp.log) and isinstance(e.args[0], sp.Abs)
                 and isinstance(e.args[0].args[0], sp.Determinant)):
             return f"logdet({self.text(e.args[0].args[0].arg)})"
+        if isinstance(e, sp.Max) and len(e.args) == 2 and sp.S.Zero in e.args:  # Max(0, 2t): relu
+            return f"relu({self.text([a for a in e.args if a != sp.S.Zero][0])})"
         if isinstance(e, sp.Function) and len(e.args) >= 1:
             name = self._elementwise_name(e, None)
             if name is not None:
-                return f"{name}({self.text(e.args[0])})"
+                arg = [a for a in e.args if a != sp.S.Zero][0] if name == "relu" else e.args[0]  # Max(0, t)
+                return f"{name}({self.text(arg)})"
         from sympy.matrices.expressions.matexpr import MatrixElement
 
         if isinstance(e, MatrixElement) and e.parent.shape == (1, 1):
@@ -515,11 +518,15 @@ class _FromSympy:
 
     def _elementwise_name(self, body, var):
         """The matcalc name of f in f(var) (var None: body is f(arg) of any arg)."""
-        if isinstance(body, sp.Max) and len(body.args) == 2 and sp.S.Zero in body.args:
+        def of_var(arg):  # the function of the variable itself (any argument when var is None)
+            return var is None or arg == var
+
+        if isinstance(body, sp.Max) and len(body.args) == 2 and sp.S.Zero in body.args \
+                and of_var([a for a in body.args if a != sp.S.Zero][0]):
             return "relu"
-        if isinstance(body, sp.Heaviside):
+        if isinstance(body, sp.Heaviside) and of_var(body.args[0]):
             return "step"
-        if isinstance(body, sp.Pow) and body.args[1] == sp.Rational(1, 2):
+        if isinstance(body, sp.Pow) and body.args[1] == sp.Rational(1, 2) and of_var(body.args[0]):
             return "sqrt"
         for f, name in _FUNC_NAMES.items():
             if body.func == f and (var is None or body.args[0] == var):

@@ -113,7 +113,12 @@ def test_an_elementwise_lambda_of_any_body_and_to_sympy_read_back():
     z = Xv @ wv
     for body, dbody in [(lambda t: sp.tanh(t) ** 2, lambda z: 2 * np.tanh(z) * (1 - np.tanh(z) ** 2)),
                         (lambda t: a * t * sp.exp(-t ** 2), lambda z: 0.7 * (1 - 2 * z ** 2) * np.exp(-z ** 2)),
-                        (lambda t: sp.log(1 + t ** 2), lambda z: 2 * z / (1 + z ** 2))]:
+                        (lambda t: sp.log(1 + t ** 2), lambda z: 2 * z / (1 + z ** 2)),
+                        # sqrt, Max and Heaviside of something other than t itself were read as
+                        # sqrt(t), relu(t), step(t)
+                        (lambda t: sp.sqrt(1 + t ** 2), lambda z: z / np.sqrt(1 + z ** 2)),
+                        (lambda t: sp.Max(2 * t, 0), lambda z: 2.0 * (z > 0)),
+                        (lambda t: sp.Max(t ** 2 - 0.1, 0), lambda z: 2 * z * (z ** 2 > 0.1))]:
         d = matcalc.derive(y.T * (X * w).applyfunc(body), wrt=w)
         vals = dict(X=Xv, w=wv, y=yv, **({"a": 0.7} if "a" in d.function.params else {}))
         np.testing.assert_allclose(d.function(**vals), Xv.T @ (yv * dbody(z)), rtol=1e-10)
