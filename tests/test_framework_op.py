@@ -228,5 +228,6 @@ def test_an_op_names_the_argument_whose_shape_does_not_fit(backend):
         op(W=W, x=x[:4], b=W)
     assert tuple(op(W=W, x=x[:4], b=b).shape) == (3,)
     col = matcalc.op("W@x", backend=backend, shapes={"W": ("m", "n"), "x": ("n", 1)})
-    assert tuple(col(W=W, x=x[:4].reshape(4, 1)).shape) == (3,)  # a column as declared, or squeezed
+    # x given as the column it is declared: W@x is a column, as NumPy's (3, 4) @ (4, 1); squeezed, 1-D
+    assert tuple(col(W=W, x=x[:4].reshape(4, 1)).shape) == (3, 1)
     assert tuple(col(W=W, x=x[:4]).shape) == (3,)
