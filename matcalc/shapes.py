@@ -130,6 +130,15 @@ def parse_declaration(name: str, spec) -> tuple:
     return tuple(dims)
 
 
+def _walk(node: Node):
+    """node and every node under it (iteratively)."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(n.children)
+
+
 @dataclass
 class Typed:
     """The result of typing an expression."""
@@ -336,24 +345,36 @@ class _Typer:
             self.current = node
             self.shape[id(node)] = self.rule(node)
         self.check_pending()
-        unit = any(1 in spec for spec in self.declared.values())
+        eyes = {id(node) for node, _ in self.eyes}
         for node, v in self.eyes:
             if isinstance(self.find(v), Var) and self.find(v) not in self._bound_vars():
-                if unit and self._beside_numbers(root, node):  # logdet(I + X@X.T), X declared (1, d)
+                if self._beside_numbers(root, node, eyes):  # logdet(I + X@X.T), X declared (1, d)
                     self.parent[self.find(v)] = 1
                     continue
                 self.fail(node, f"cannot tell the size of {self.text(node)} from its context: "
                                 "nothing else in the expression has that dimension")
         return self.shape[id(root)]
 
-    def _beside_numbers(self, root: Node, eye: Node) -> bool:
-        """eye is a term of a sum whose other terms are all 1×1 (numbers)."""
+    def _beside_numbers(self, root: Node, eye: Node, eyes: set) -> bool:
+        """eye is a term of a sum (alone, negated or times a number) whose other terms are 1×1
+        matrix products (x.T@x, X@X.T for X declared 1×d) or numbers, or identities too."""
+        def is_eye(c):
+            while c.kind == "neg" or c.kind == "mul" and c.value == "*" and any(
+                    self.is_scalar(self.shape[id(k)]) and id(k) not in eyes for k in c.children):
+                c = c.children[0] if c.kind == "neg" else next(k for k in c.children if id(k) in eyes
+                                                               or not self.is_scalar(self.shape[id(k)]))
+            return id(c) in eyes
+
+        def has_product(c):
+            return any(k.kind == "mul" and k.value == "@" for k in _walk(c))
+
         stack = [root]
         while stack:
             n = stack.pop()
-            if n.kind == "add" and any(c is eye or c.kind == "neg" and c.children[0] is eye for c in n.children):
-                return all(self.find(d) == 1 for c in n.children if c is not eye and c.children[:1] != (eye,)
-                           for d in self.shape[id(c)])
+            if n.kind == "add" and any(is_eye(c) and any(k is eye for k in _walk(c)) for c in n.children):
+                others = [c for c in n.children if not is_eye(c)]
+                return (all(self.find(d) == 1 for c in others for d in self.shape[id(c)])
+                        and any(has_product(c) for c in others))
             stack.extend(n.children)
         return False
 

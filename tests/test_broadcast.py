@@ -126,9 +126,16 @@ def test_an_identity_beside_a_1_by_1_block_is_1_by_1():
     q = 1 - X @ X.T
     want = -2 * np.eye(5) / q[0, 0] - 4 * X.T @ X / q[0, 0] ** 2  # of log(1 - ‖x‖²)
     np.testing.assert_allclose(h.matrix(X=X), want, rtol=1e-10)
-    # with no size-1 dimension declared, an identity nothing sizes is still refused
+    q = (X @ X.T)[0, 0]
+    for expr, want in (("logdet(2*I - X@X.T)", -2 * X / (2 - q)), ("logdet(I + X@X.T + I)", 2 * X / (2 + q))):
+        g = matcalc.derive(expr, wrt="X", shapes={"X": (1, "d")}).function(X=X)  # a scaled I, two I's
+        np.testing.assert_allclose(g, want, rtol=1e-12)
+    x = X[0]  # beside a product of vectors too, declared or not: 1 + xᵀx
+    g = matcalc.derive("tr(inv(I + x.T@x))", wrt="x").function(x=x)
+    np.testing.assert_allclose(g, -2 * x / (1 + x @ x) ** 2, rtol=1e-12)
+    # beside numbers only (no product makes the 1×1), an identity nothing sizes is refused
     with pytest.raises(ShapeError, match="size of I"):
-        matcalc.derive("tr(inv(I + x.T@x))", wrt="x")
+        matcalc.derive("tr(I + alpha) + sum(x)", wrt="alpha", shapes={"x": ("n", 1)})
 
 
 @pytest.mark.parametrize("expr, lam", [
