@@ -413,3 +413,13 @@ def test_a_matrix_of_ones_times_a_vector_is_its_sum_spread(expr, wrt, text, want
     X, x, y = rng.standard_normal((4, 4)), rng.standard_normal(3), rng.standard_normal(5)
     vals = {k: v for k, v in dict(X=X, x=x, y=y, alpha=0.3).items() if k in d.function.params}
     np.testing.assert_allclose(d.function(**vals), want(X, x, y), rtol=1e-12)
+
+
+def test_a_matrix_of_ones_summed_along_an_axis():
+    # (1 1ᵀ)B summed along its rows is sum(B)1, and sum(sum(X, 1)) = sum(X): the Hessian of
+    # sum(X@1@1.T@X.T) read sum(sum(dX, 1))*1 + sum(1@(1.T@dX), 1)@1.T
+    h = matcalc.hessian("sum(X@1@1.T@X.T)", "X")
+    assert h.text == "2*sum(dX)*1"
+    X, V = np.random.default_rng(3).standard_normal((2, 3, 4))
+    np.testing.assert_allclose(h.hvp(V, X=X), np.full((3, 4), 2 * V.sum()), rtol=1e-12)
+    np.testing.assert_allclose(h.matrix(X=X), np.full((12, 12), 2.0))
