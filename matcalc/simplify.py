@@ -787,8 +787,8 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
         return s_mul(beta, count(a.shape))  # sum(β1) = β·(the number of entries)
     if name == "sum" and attr is None and (entries := _transposed_entries(a)) is not None:
         return s_func("sum", entries)  # sum(xᵀ∘xᵀ) = sum(x∘x)
-    if name == "sum" and attr is not None and a.op == "matmul" and a.args[0].shape[1] == 1:
-        u, v = a.args  # an outer product u vᵀ: along its rows u sum(v), along its columns sum(u) vᵀ
+    if name == "sum" and attr is not None and (outer := _outer_factors(a)) is not None:
+        u, v = outer  # an outer product u vᵀ: along its rows u sum(v), along its columns sum(u) vᵀ
         return s_mul(u, s_func("sum", v)) if attr == 1 else s_mul(s_func("sum", u), v)
     if name == "sum" and attr is not None and a.op == "matmul":  # (c 1 1ᵀ)B summed along its rows: c sum(B) 1
         J = a.args[0] if attr == 1 else a.args[1]
@@ -823,15 +823,8 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
         split = s_add(*[s_func("diag", t) for t in a.args])
         if ir.tree_size(split) <= ir.tree_size(a):
             return split
-    if name == "diag" and a.op == "matmul":  # diag(u vᵀ) = u∘v, u a column (of a chain u@B@C)
-        fs = []
-        for f in ir.chain_factors(a):  # an array of c's as c1@1ᵀ
-            fs += [const(f.attr, (f.shape[0], 1)), const(1.0, (1, f.shape[1]))] \
-                if f.op == "const" and f.shape[0] != 1 and f.shape[1] != 1 else [f]
-        k = next((i for i, f in enumerate(fs) if f.shape[1] == 1), None)
-        if k is not None and k + 1 < len(fs):
-            u, v = _chain(fs[:k + 1]), _chain(fs[k + 1:])
-            return s_mul(u, s_T(v))
+    if name == "diag" and (outer := _outer_factors(a, ones=True)) is not None:  # diag(u vᵀ) = u∘v
+        return s_mul(outer[0], s_T(outer[1]))
     if name == "log":
         if a.op == "exp":
             return a.args[0]
@@ -1047,6 +1040,21 @@ def stabilize(e: Expr) -> Expr:
             new = ir.frob(x, x)
         memo[node] = new
     return memo[e]
+
+
+def _outer_factors(a: Expr, ones: bool = False):
+    """(u, vᵀ) for a matrix product a = u vᵀ whose chain has a column u@B… (a 1×n row after it),
+    with an array of c's taken as c1@1ᵀ if ``ones``; else None."""
+    if a.op != "matmul":
+        return None
+    fs = []
+    for f in ir.chain_factors(a):
+        fs += [const(f.attr, (f.shape[0], 1)), const(1.0, (1, f.shape[1]))] \
+            if ones and f.op == "const" and f.shape[0] != 1 and f.shape[1] != 1 else [f]
+    k = next((i for i, f in enumerate(fs) if f.shape[1] == 1), None)
+    if k is None or k + 1 == len(fs):
+        return None
+    return _chain(fs[:k + 1]), _chain(fs[k + 1:])
 
 
 def _chain(fs: list) -> Expr:

@@ -423,3 +423,13 @@ def test_a_matrix_of_ones_summed_along_an_axis():
     X, V = np.random.default_rng(3).standard_normal((2, 3, 4))
     np.testing.assert_allclose(h.hvp(V, X=X), np.full((3, 4), 2 * V.sum()), rtol=1e-12)
     np.testing.assert_allclose(h.matrix(X=X), np.full((12, 12), 2.0))
+
+
+def test_an_outer_product_in_a_chain_summed_along_an_axis():
+    # sum(1@dy.T@B@B.T, 0) is the count of 1 times dyᵀBBᵀ: the printed Hessian did not read back
+    # (nothing gave the 1 its size)
+    h = matcalc.hessian("norm2((x - y.T)@B)**2", "y")
+    assert h.text == "2*size(x, 0)*B@B.T@dy"
+    rng = np.random.default_rng(5)
+    x, y, B = rng.standard_normal(3), rng.standard_normal(4), rng.standard_normal((4, 2))
+    np.testing.assert_allclose(h.matrix(x=x, y=y, B=B), 2 * 3 * B @ B.T, rtol=1e-12)
