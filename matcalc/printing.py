@@ -155,7 +155,7 @@ class TextPrinter:
                 if i == 0 and not (f.op == "matmul" and len(fs) > 1):
                     out.append(self.wrap(f, PROD))
                 elif f.op in ("matmul", "div") and scalars_before and i == len(fs) - 1 \
-                        and not _ones_first(f, quotient=True):  # 0.1*(1.T@A): a bare 1.T takes its size from @
+                        and not _ones_first(f, True, self.names):  # 0.1*(1.T@A): a bare 1.T takes its size from @
                     out.append(self.wrap(f, PROD))
                 else:
                     out.append(self.wrap(f, PROD, strict=True))
@@ -216,12 +216,12 @@ def _ones_matrix(e: Expr, printer) -> bool:
     return (e.op == "const" and e.shape[0] != 1 and e.shape[1] != 1 and e not in printer.names)
 
 
-def _ones_first(e: Expr, quotient: bool = False) -> bool:
+def _ones_first(e: Expr, quotient: bool = False, names=()) -> bool:
     """Whether a product chain (or with ``quotient``, a quotient) starts with an all-ones
-    array: 1.T@A, 1@r/n."""
-    while e.op == "matmul" or quotient and e.op == "div":
+    array: 1.T@A, 1@r/n (one with a name that gives its size, 1_n, does not count)."""
+    while (e.op == "matmul" or quotient and e.op == "div") and e not in names:
         e = e.args[0]
-    return e.op == "const" and e.shape != SCALAR
+    return e.op == "const" and e.shape != SCALAR and e not in names
 
 
 def _ones_side(e: Expr, printer, ones: str):
@@ -283,6 +283,8 @@ def tex_name(name: str) -> str:
         base_tex = "\\mathrm{" + base + "}"
     else:
         base_tex = "\\mathrm{" + re.sub(r"([_{}$#%&^\\])", lambda mm: "\\" + mm.group(1) if mm.group(1) != "\\" else "", base) + "}"
+    if sub and not sub.strip("_"):  # x__: underscores only
+        return base_tex + "\\_" * (len(name) - len(m.group(1)))
     if sub:
         sub = sub.lstrip("_")
         sub = GREEK_TEX.get(sub) or sub.replace("_", "\\_")  # x_lambda: x_λ
