@@ -277,6 +277,11 @@ def _stable_form(e: Expr) -> Expr:
     constant c > 0: the same values, without inf/inf where eᶻ overflows; xᵏ∘log(x), the
     derivative of xᵏ in k, as xlogy(xᵏ, x), 0 and not 0·(−∞) where x = 0.  (The printed
     derivation keeps the form the user wrote.)"""
+    if e.op == "mul" and any(f.op == "mul" for f in e.args):  # log(x)∘(log(y)∘z): the factors side by side
+        flat = ir.mul(*[g for f in e.args for g in (f.args if f.op == "mul" else (f,))])
+        if flat.op == "mul" and any(_xlogx_power(flat.args[i], flat.args[j]) is not None
+                                    for i in range(len(flat.args)) for j in range(i + 1, len(flat.args))):
+            e = flat
     while e.op == "mul" and len(e.args) >= 2:
         pair = next(((i, j, p) for i in range(len(e.args)) for j in range(i + 1, len(e.args))
                      for p in [_xlogx_power(e.args[i], e.args[j])] if p is not None), None)
@@ -286,9 +291,15 @@ def _stable_form(e: Expr) -> Expr:
         rest = [a for k, a in enumerate(e.args) if k not in (i, j)]
         e = ir.mul(*rest, p) if rest else p
     if e.op == "frob" or e.op == "matmul" and e.shape == SCALAR and e.args[0].op == "T":
-        pair = _xlogx_power(*e.args) if e.op == "frob" else _xlogx_power(e.args[0].args[0], e.args[1])
-        if pair is not None:
-            return ir.func("sum", pair)
+        a, b = e.args if e.op == "frob" else (e.args[0].args[0], e.args[1])
+        if a.shape == b.shape:  # a:b = sum(a∘b), where a∘b takes a log in
+            m = ir.mul(a, b)
+            stable = _stable_form(m)
+            if stable is not m:
+                return ir.func("sum", stable)
+    spread = _log_terms_spread(e)
+    if spread is not None:
+        return spread
     if e.op == "log" and _c_plus_exp(e.args[0]):
         c, z = _c_plus_exp(e.args[0])
         shifted = z if c == 1.0 else ir.add(z, ir.const(-math.log(c)))
@@ -299,6 +310,30 @@ def _stable_form(e: Expr) -> Expr:
         if z == e.args[0].args[0]:
             return ir.func("sigmoid", z if c == 1.0 else ir.add(z, ir.const(-math.log(c))))
     return e
+
+
+def _log_terms_spread(e: Expr):
+    """p∘(a + b + …) and p:(a + b + …) as p∘a + p∘b + … where that lets a term take its log(x)
+    into xlogy (p a power of x, a term with log(x): the second derivative of xᵏ∘yᵏ in k);
+    else None."""
+    if e.op == "mul":
+        pairs = [(e.args[:k] + e.args[k + 1:], f) for k, f in enumerate(e.args) if f.op == "add"]
+        build = lambda rest, t: ir.mul(*rest, t)  # noqa: E731
+    elif e.op == "frob" or e.op == "matmul" and e.shape == SCALAR and e.args[0].op == "T":
+        a, b = (e.args[0].args[0], e.args[1]) if e.op == "matmul" else e.args
+        pairs = [((a,), b), ((b,), a)]
+        build = lambda rest, t: ir.frob(rest[0], t)  # noqa: E731
+    else:
+        return None
+    for rest, s in pairs:
+        if s.op != "add" or any(t.shape != s.shape for t in s.args) or not any(r.op in ("pow", "mul", "xlogy")
+                                                                          for r in rest):
+            continue
+        terms = [build(rest, t) for t in s.args]
+        stable = [_stable_form(t) for t in terms]
+        if any(a is not b for a, b in zip(stable, terms)):
+            return ir.add(*stable)
+    return None
 
 
 _root, _dag, _rebuild = ir.outputs_root, ir.dag, ir.rebuild

@@ -366,11 +366,14 @@ def test_the_derivative_of_a_power_in_its_exponent_at_a_zero_base(expr, wrt, wan
     ("sum((x**eta)**2)", lambda x, y, e: np.sum((x ** e) ** 2)),
     ("sum(x**eta)**3", lambda x, y, e: np.sum(x ** e) ** 3),
     ("sum(log(1 + x**eta))", lambda x, y, e: np.sum(np.log(1 + x ** e))),
+    # a sum of log terms, a log inside a product, a quotient: (log x log y + log² y)xᵏyᵏ
+    ("sum(x**eta*y**eta)", lambda x, y, e: np.sum(x ** e * y ** e)),
+    ("sum(x**eta/(1 + x**eta))", lambda x, y, e: np.sum(x ** e / (1 + x ** e))),
 ])
 def test_first_and_second_derivatives_in_an_exponent_at_a_zero_base(expr, lam):
     # xᵏ logʲx → 0 as x → 0 (k > 0): every log(x) a derivative in k brings is taken in as
     # xlogy, never 0·(−∞); against central differences of λ in eta (0**eta is 0 there)
-    x, y, eta, h = np.array([0.0, 0.5, 2.0, 0.0, 1.3]), np.array([0.4, -1.0, 2.0, 3.0, 0.7]), 1.7, 1e-4
+    x, y, eta, h = np.array([0.0, 0.5, 2.0, 0.0, 1.3]), np.array([0.4, 1.0, 2.0, 3.0, 0.7]), 1.7, 1e-4
     vals = {k: v for k, v in dict(x=x, y=y).items() if k in expr}
     f = lambda e: lam(x, y, e)  # noqa: E731
     g = matcalc.derive(expr, wrt="eta").function(eta=eta, **vals)
