@@ -115,6 +115,11 @@ def _s_add(terms) -> Expr:
         shorter = _complementary_sigmoids(flat, shape)
     if shorter is not None:
         return shorter
+    if len(flat) > 1 and any(t.shape == shape for t in flat) and all(
+            t.shape == SCALAR or t.op in ("const", "mul", "div") for t in flat):  # β1 - 1 = (β - 1)1
+        betas = [t if t.shape == SCALAR else _spread_number(t) for t in flat]
+        if all(b is not None for b in betas) and any(t.shape != SCALAR and t.op != "const" for t in flat):
+            return s_mul(_s_add(betas), const(1.0, shape))
     total = 0.0
     coeffs: dict = {}
     shown: dict = {}  # a term's like-key -> the form it was first written in
@@ -780,8 +785,8 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
         return s_div(const(1.0), n) if name == "mean" else n
     if name == "sum" and (a.op == "softmax" and a.attr == attr or a.op == "softmax_all" and attr is None):
         return const(1.0, ir.func(name, a, attr=attr).shape)  # softmax's entries sum to 1 (along its axis)
-    if name == "sum" and attr is None and a.op == "matmul" and a.args[0].shape[1] == 1:
-        return s_mul(s_func("sum", a.args[0]), s_func("sum", a.args[1]))  # sum(u vᵀ) = sum(u) sum(v)
+    if name == "sum" and attr is None and (outer := _outer_factors(a, ones=True)) is not None:
+        return s_mul(s_func("sum", outer[0]), s_func("sum", outer[1]))  # sum(u vᵀ) = sum(u) sum(v)
     if name == "sum" and attr is None and a.op in ("add", "mul", "div") \
             and (beta := _spread_number(a)) is not None:
         return s_mul(beta, count(a.shape))  # sum(β1) = β·(the number of entries)

@@ -433,3 +433,21 @@ def test_an_outer_product_in_a_chain_summed_along_an_axis():
     rng = np.random.default_rng(5)
     x, y, B = rng.standard_normal(3), rng.standard_normal(4), rng.standard_normal((4, 2))
     np.testing.assert_allclose(h.matrix(x=x, y=y, B=B), 2 * 3 * B @ B.T, rtol=1e-12)
+
+
+@pytest.mark.parametrize("expr, wrt, shapes, text, want", [
+    # a sum of spread numbers is one: 2*((x.T@x)*1 - 1)@A printed a matrix of ones as a bare 1
+    ("sum((x.T@x)*(A@A.T) - A@A.T)", "A", {"A": ("a", "b"), "x": ("b",)}, "2*(x.T@x - 1)*(1@(1.T@A))",
+     lambda A, x, B, X: 2 * (x @ x - 1) * np.ones((3, 3)) @ A),
+    # sum(M@1@1.T) = sum(M@1)·count: -sum(A@A.T@1@1.T)*I did not say the inner size
+    ("sum(A@A.T@(B - tr(X)))", "X", {"X": ("b", "b"), "A": ("a", "b"), "B": ("a", "b")},
+     "-sum(A@A.T)*size(A, 1)*I", lambda A, x, B, X: -np.sum(A @ A.T) * 4 * np.eye(4)),
+])
+def test_spread_numbers_and_ones_in_a_chain_print_with_their_sizes(expr, wrt, shapes, text, want):
+    d = matcalc.derive(expr, wrt, shapes=shapes)
+    assert d.text == text
+    rng = np.random.default_rng(17)
+    A, x, B, X = rng.standard_normal((3, 4)), rng.standard_normal(4), rng.standard_normal((3, 4)), \
+        rng.standard_normal((4, 4))
+    vals = {k: v for k, v in dict(A=A, x=x, B=B, X=X).items() if k in d.function.params}
+    np.testing.assert_allclose(d.function(**vals), want(A, x, B, X), rtol=1e-12)
