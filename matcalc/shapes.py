@@ -764,7 +764,10 @@ class _Typer:
                 for c in reversed(node.children):
                     stack.append((c, False))
                 continue
-            out[id(node)] = self.make(node, [self.expand(c, out[id(c)]) for c in node.children])
+            try:
+                out[id(node)] = self.make(node, [self.expand(c, out[id(c)]) for c in node.children])
+            except ir.ShapeMismatch as e:  # (sum(x.T@x + I, 0): I is 1×1 there, the sum a number)
+                self.fail(node, f"the shapes in {self.text(node)} do not fit: {e}")
         return out[id(root)]
 
     def make(self, n: Node, args):
