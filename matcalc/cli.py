@@ -303,9 +303,10 @@ def run(argv=None) -> int:
             for name in args.sym or ():
                 v = at.get(name)
                 if v is not None and np.ndim(v) == 2 and np.shape(v)[0] == np.shape(v)[1] \
-                        and not np.allclose(v, np.transpose(v)):
+                        and not np.allclose(v, np.transpose(v), equal_nan=True):
                     print(f"matcalc: note: --at {name} is not symmetric, though --sym {name} declares it "
-                          f"so: the gradient printed is the one for a symmetric {name}", file=sys.stderr)
+                          f"so: the value printed is the symmetric gradient's formula at a {name} that "
+                          "is not symmetric", file=sys.stderr)
     except MatcalcError as e:
         print(f"matcalc: {e}", file=sys.stderr)
         return EXIT_REFUSED
@@ -329,7 +330,7 @@ def run(argv=None) -> int:
         if args.json:
             obj = json_object(d, report, exact, args.backend)
             if at is not None:
-                obj["value"] = values[w].tolist()
+                obj["value"] = (values[w] + 0.0).tolist()  # (+ 0.0: no -0.0)
             out.append(dumps(obj))
             continue
         if len(results) > 1:

@@ -1194,7 +1194,7 @@ def run_cli(args) -> int:
         if args.json:
             obj = json_object(r, report, key, notes, args.backend, several=len(results) > 1)
             if key in dense:
-                obj["value"] = dense[key].tolist()
+                obj["value"] = (dense[key] + 0.0).tolist()  # (+ 0.0: no -0.0)
             out.append(dumps(obj))
             continue
         if len(results) > 1:

@@ -92,12 +92,17 @@ def test_a_value_for_a_symmetric_matrix_that_is_not_symmetric_gets_a_note(capsys
     assert "--at S is not symmetric, though --sym S declares it so" in err
     assert cli.run(["derive", "logdet(S)", "--wrt", "S", "--sym", "S", "--at", "S=[[2,1],[1,3]]"]) == 0
     assert "not symmetric" not in capsys.readouterr().err
+    assert cli.run(["derive", "x.T@S@x", "--wrt", "x", "--sym", "S", "--at", "S=[[2,NaN],[NaN,2]]",
+                    "--at", "x=[1,2]"]) == 0
+    assert "not symmetric" not in capsys.readouterr().err  # NaN = NaN here
 
 
 def test_a_negative_zero_prints_as_0(capsys):
     assert cli.run(["derive", "-(x:y)", "--wrt", "x", "--at", "y=[0,1]", "--at", "x=[1,1]"]) == 0
     out = capsys.readouterr().out
     assert not re.search(r"-0\.(?!\d)", out) and "-1." in out  # [-0. -1.]
+    assert cli.run(["derive", "-x.T@x", "--wrt", "x", "--json", "--at", "x=[0,0]"]) == 0
+    assert "-0.0" not in capsys.readouterr().out  # in --json too
 
 
 def test_hessian_and_jacobian_at_given_values(capsys):
