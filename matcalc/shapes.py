@@ -356,13 +356,18 @@ class _Typer:
         return self.shape[id(root)]
 
     def _beside_numbers(self, root: Node, eye: Node, eyes: set) -> bool:
-        """eye is a term of a sum (alone, negated or times a number) whose other terms are 1×1
-        matrix products (x.T@x, X@X.T for X declared 1×d) or numbers, or identities too."""
+        """eye is a term of a sum (alone, negated or times a number) whose other terms are 1×1,
+        at least one of them a matrix product (x.T@x, X@X.T for X declared 1×d); identities
+        among them count as eye does."""
         def is_eye(c):
-            while c.kind == "neg" or c.kind == "mul" and c.value == "*" and any(
-                    self.is_scalar(self.shape[id(k)]) and id(k) not in eyes for k in c.children):
-                c = c.children[0] if c.kind == "neg" else next(k for k in c.children if id(k) in eyes
-                                                               or not self.is_scalar(self.shape[id(k)]))
+            while c.kind == "neg" or c.kind == "mul" and c.value == "*":
+                if c.kind == "neg":
+                    c = c.children[0]
+                    continue
+                rest = [k for k in c.children if id(k) in eyes or not self.is_scalar(self.shape[id(k)])]
+                if len(rest) != 1:  # a product of numbers, or of two arrays: not a scaled identity
+                    return False
+                c = rest[0]
             return id(c) in eyes
 
         def has_product(c):

@@ -133,9 +133,12 @@ def test_an_identity_beside_a_1_by_1_block_is_1_by_1():
     x = X[0]  # beside a product of vectors too, declared or not: 1 + xᵀx
     g = matcalc.derive("tr(inv(I + x.T@x))", wrt="x").function(x=x)
     np.testing.assert_allclose(g, -2 * x / (1 + x @ x) ** 2, rtol=1e-12)
-    # beside numbers only (no product makes the 1×1), an identity nothing sizes is refused
-    with pytest.raises(ShapeError, match="size of I"):
-        matcalc.derive("tr(I + alpha) + sum(x)", wrt="alpha", shapes={"x": ("n", 1)})
+    # beside numbers only (no product makes the 1×1), an identity nothing sizes is refused; a
+    # product of numbers elsewhere in a sum is no scaled identity (it raised StopIteration)
+    for expr in ("tr(I + alpha) + sum(x)", "tr(I + alpha) + 2*alpha"):
+        with pytest.raises(ShapeError, match="size of I"):
+            matcalc.derive(expr, wrt="alpha", shapes={"x": ("n", 1)} if "x" in expr else None)
+    assert matcalc.derive("logdet(I + X@X.T) + 2*alpha", wrt="alpha", shapes={"X": (1, "d")}).text == "2"
 
 
 @pytest.mark.parametrize("expr, lam", [
