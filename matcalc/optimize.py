@@ -313,23 +313,17 @@ def _stable_form(e: Expr) -> Expr:
 
 
 def _log_terms_spread(e: Expr):
-    """p∘(a + b + …) and p:(a + b + …) as p∘a + p∘b + … where that lets a term take its log(x)
-    into xlogy (p a power of x, a term with log(x): the second derivative of xᵏ∘yᵏ in k);
-    else None."""
-    if e.op == "mul":
-        pairs = [(e.args[:k] + e.args[k + 1:], f) for k, f in enumerate(e.args) if f.op == "add"]
-        build = lambda rest, t: ir.mul(*rest, t)  # noqa: E731
-    elif e.op == "frob" or e.op == "matmul" and e.shape == SCALAR and e.args[0].op == "T":
-        a, b = (e.args[0].args[0], e.args[1]) if e.op == "matmul" else e.args
-        pairs = [((a,), b), ((b,), a)]
-        build = lambda rest, t: ir.frob(rest[0], t)  # noqa: E731
-    else:
+    """p∘(a + b + …) as p∘a + p∘b + … where that lets a term take its log(x) into xlogy (p a
+    power of x, a term with log(x): the second derivative of xᵏ∘yᵏ in k); else None.  (A
+    Frobenius product goes through p∘(…), in _stable_form.)"""
+    if e.op != "mul":
         return None
-    for rest, s in pairs:
+    for k, s in enumerate(e.args):
+        rest = e.args[:k] + e.args[k + 1:]
         if s.op != "add" or any(t.shape != s.shape for t in s.args) or not any(r.op in ("pow", "mul", "xlogy")
                                                                           for r in rest):
             continue
-        terms = [build(rest, t) for t in s.args]
+        terms = [ir.mul(*rest, t) for t in s.args]
         stable = [_stable_form(t) for t in terms]
         if any(a is not b for a, b in zip(stable, terms)):
             return ir.add(*stable)

@@ -508,8 +508,7 @@ class _FromSympy:
         if isinstance(e, sp.Function) and len(e.args) >= 1:
             name = self._elementwise_name(e, None)
             if name is not None:
-                arg = [a for a in e.args if a != sp.S.Zero][0] if name == "relu" else e.args[0]  # Max(0, t)
-                return f"{name}({self.text(arg)})"
+                return f"{name}({self.text(e.args[0])})"
         from sympy.matrices.expressions.matexpr import MatrixElement
 
         if isinstance(e, MatrixElement) and e.parent.shape == (1, 1):
