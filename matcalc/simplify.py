@@ -792,14 +792,9 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
         return s_mul(beta, count(a.shape))  # sum(β1) = β·(the number of entries)
     if name == "sum" and attr is None and (entries := _transposed_entries(a)) is not None:
         return s_func("sum", entries)  # sum(xᵀ∘xᵀ) = sum(x∘x)
-    if name == "sum" and attr is not None and (outer := _outer_factors(a)) is not None:
-        u, v = outer  # an outer product u vᵀ: along its rows u sum(v), along its columns sum(u) vᵀ
+    if name == "sum" and attr is not None and (outer := _outer_factors(a, ones=True)) is not None:
+        u, v = outer  # an outer product u vᵀ (c1 1ᵀ too): along its rows u sum(v), along its columns sum(u) vᵀ
         return s_mul(u, s_func("sum", v)) if attr == 1 else s_mul(s_func("sum", u), v)
-    if name == "sum" and attr is not None and a.op == "matmul":  # (c 1 1ᵀ)B summed along its rows: c sum(B) 1
-        J = a.args[0] if attr == 1 else a.args[1]
-        if J.op == "const" and J.shape[0] != 1 and J.shape[1] != 1:
-            B = a.args[1] if attr == 1 else a.args[0]
-            return s_mul(const(J.attr), s_func("sum", B), const(1.0, ir.func(name, a, attr=attr).shape))
     if name == "sum" and attr is None and a.op == "sum" and a.attr is not None:  # sum(sum(X, 1)) = sum(X)
         return s_func("sum", a.args[0])
     if name == "sum" and attr is not None and a.op == "T" and a.shape[0] != 1 and a.shape[1] != 1:
