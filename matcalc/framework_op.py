@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from . import backends
 from .errors import DeriveError
+from .function import Orientation
 
 
 def _cotangent_name(taken) -> str:
@@ -54,10 +55,7 @@ class MatcalcOp:
         self.user_shapes = dict(typed.user_shapes)
         self.out_shape = _user_shape(typed.expr.shape)
         # a vector F comes back as a column or row where an input declared as one is given so
-        # (exp(A@x) with x declared (n, 1) and given (n, 1) is (m, 1), as Jacobian.value_function)
-        self._unit = [k for k, sh in self.user_shapes.items() if len(sh) == 2 and 1 in sh]
-        shape = typed.expr.shape
-        self._column = None if not self._unit or shape == (1, 1) or 1 not in shape else shape[1] == 1
+        self.orientation = Orientation(self.user_shapes, typed.expr.shape)
         taken = set(self.names) | set(definitions or {})
         self.cotangent = gname = _cotangent_name(taken)
         vshapes = dict(self.user_shapes)
@@ -143,10 +141,7 @@ class MatcalcOp:
 
         check_arguments(f"op({self.expr})", kwargs, self.names)
         check_shapes(f"op({self.expr})", kwargs, self.user_shapes)
-        out = self._fn(*[kwargs[n] for n in self.names])
-        if self._column is not None and any(len(getattr(kwargs[k], "shape", ())) == 2 for k in self._unit):
-            out = out.reshape((-1, 1) if self._column else (1, -1))
-        return out
+        return self.orientation.apply(self._fn(*[kwargs[n] for n in self.names]), kwargs)
 
     def __repr__(self):
         return f"<matcalc {self.backend} op {self.expr} ({', '.join(self.names)})>"

@@ -44,6 +44,26 @@ def check_shapes(fname: str, values: dict, user_shapes: dict) -> None:
                                  f"{where} (declared shape {shape})")
 
 
+class Orientation:
+    """Where a vector result comes back as a row or column: ``unit`` are the arguments declared
+    as a row (1, n) or column (n, 1), ``shape`` the result's shape with its 1 (None where the
+    result is no vector, or nothing is declared so).  exp(A@x) with x declared (n, 1) and given
+    (n, 1) is (m, 1), as NumPy computes it; given 1-D, it is 1-D."""
+
+    def __init__(self, user_shapes: dict, shape: tuple):
+        self.unit = [k for k, sh in user_shapes.items() if len(sh) == 2 and 1 in sh]
+        self.shape = shape if self.unit and shape != (1, 1) and 1 in shape else None
+
+    def apply(self, out, values: dict):
+        """out (a NumPy, torch or jax array) as a row or column where an argument in ``unit``
+        was given 2-D."""
+        import numpy as np
+
+        if self.shape is not None and any(np.ndim(values.get(k)) == 2 for k in self.unit):
+            return out.reshape((-1, 1) if self.shape[1] == 1 else (1, -1))
+        return out
+
+
 class GradientFunction:
     """A callable made from emitted NumPy source.  Takes every symbol of the expression
     as a keyword argument (scalars as floats, vectors 1-D, matrices 2-D arrays)."""

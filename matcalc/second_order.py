@@ -596,12 +596,8 @@ class Jacobian(_LinearMap):
 
     def jvp(self, V, /, **values):
         """J[V]: dF along the tangent V (W's shape); the result has F's shape."""
-        import numpy as np
-
         out = self._apply("product", V, values, self.shape, self.out_shape, "the tangent V")
-        if self._declared_out is not None and any(np.ndim(values.get(k)) == 2 for k in self._unit_args):
-            return np.reshape(out, (-1, 1) if self._declared_out[1] == 1 else (1, -1))
-        return out
+        return self.orientation.apply(out, values)
 
     def vjp(self, G, /, **values):
         """Jᵀ[G]: the cotangent G (F's shape) pulled back to W's shape; equals ∂(G:F)/∂W."""
@@ -631,23 +627,16 @@ class Jacobian(_LinearMap):
         from .codegen import sanitize
 
         gf = GradientFunction(self.numpy_source, "value", sanitize(self._params), self.user_shapes,
-                              out_shape=self._declared_out)
-        gf.given_like = self._unit_args
+                              out_shape=self.orientation.shape)
+        gf.given_like = self.orientation.unit
         return gf
 
     @cached_property
-    def _unit_args(self) -> list:
-        """The arguments declared as a row (1, n) or column (n, 1)."""
-        return [k for k, sh in self.user_shapes.items() if len(sh) == 2 and 1 in sh]
+    def orientation(self):
+        """Where a vector F comes back as a row or column (``function.Orientation``)."""
+        from .function import Orientation
 
-    @cached_property
-    def _declared_out(self):
-        """F's shape as a row or column, for a vector F where some argument is declared as one
-        (A@x with x declared (n, 1) is (m, 1), as NumPy computes it), else None."""
-        shape = self.out_node.shape
-        if self._unit_args and shape != ir.SCALAR and 1 in shape:
-            return shape
-        return None
+        return Orientation(self.user_shapes, self.out_node.shape)
 
     def _step_lhs_latex(self):
         return ["\\mathrm{d}F"] + ["" for _ in self.steps[1:]]

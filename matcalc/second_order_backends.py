@@ -297,7 +297,7 @@ class _Functions:
         self._ns = dense.__globals__
         self._first = m.derivation._grad_source[2] if m.kind == "hessian" else "value"
         if m.kind == "jacobian":
-            self._declared_out, self._unit_args = m._declared_out, m._unit_args
+            self._orientation = m.orientation
 
     def __repr__(self):
         return f"<matcalc {self.backend} {self.kind} functions of {self.wrt}: {', '.join(self.methods)}>"
@@ -389,8 +389,8 @@ class JacobianFunctions(_Functions):
 
     def jvp(self, V, /, **values):
         """J[V]: dF along the tangent V (W's shape); the result has F's shape."""
-        return self._oriented(self._product("product", self._tangent(V, values, self._in_shape, "the tangent V"),
-                                            values), values)
+        return self._orientation.apply(
+            self._product("product", self._tangent(V, values, self._in_shape, "the tangent V"), values), values)
 
     def vjp(self, G, /, **values):
         """Jᵀ[G]: the cotangent G (F's shape) pulled back to W's shape, ∂(G:F)/∂W."""
@@ -398,15 +398,7 @@ class JacobianFunctions(_Functions):
 
     def value_function(self, **values):
         """F itself."""
-        return self._oriented(self._first_function(values), values)
-
-    def _oriented(self, out, values):
-        """A vector F as a row or column where an argument declared as one was given so (see
-        ``Jacobian._declared_out``)."""
-        if self._declared_out is not None and any(len(getattr(values.get(k), "shape", ())) == 2
-                                                  for k in self._unit_args):
-            return out.reshape((-1, 1) if self._declared_out[1] == 1 else (1, -1))
-        return out
+        return self._orientation.apply(self._first_function(values), values)
 
 
 def functions(m, backend: str, source: str) -> _Functions:
