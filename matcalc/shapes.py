@@ -360,14 +360,17 @@ class _Typer:
         at least one of them a matrix product (x.T@x, X@X.T for X declared 1×d); identities
         among them count as eye does."""
         def is_eye(c):
-            while c.kind == "neg" or c.kind == "mul" and c.value == "*":
-                if c.kind == "neg":
-                    c = c.children[0]
-                    continue
+            if c.kind == "neg":
+                return is_eye(c.children[0])
+            if c.kind == "mul" and c.value == "@":  # I@I
+                return all(is_eye(k) for k in c.children)
+            if c.kind == "mul" and c.value == "/":  # I/2
+                return is_eye(c.children[0]) and not is_eye(c.children[1]) and self.is_scalar(
+                    self.shape[id(c.children[1])])
+            if c.kind == "mul" and c.value == "*":
                 rest = [k for k in c.children if id(k) in eyes or not self.is_scalar(self.shape[id(k)])]
-                if len(rest) != 1:  # a product of numbers, or of two arrays: not a scaled identity
-                    return False
-                c = rest[0]
+                # a product of numbers, or of two arrays, is not a scaled identity
+                return len(rest) == 1 and is_eye(rest[0])
             return id(c) in eyes
 
         def has_product(c):
@@ -381,6 +384,18 @@ class _Typer:
                 return (all(self.find(d) == 1 for c in others for d in self.shape[id(c)])
                         and any(has_product(c) for c in others))
             stack.extend(n.children)
+        return False
+
+    def eye_one(self, a, b) -> bool:
+        """An identity's size that nothing else has takes 1 from a product: (I + X@X.T)@X with
+        X declared 1×d (a symbol's own dimension never collapses to 1)."""
+        a, b = self.find(a), self.find(b)
+        if b != 1:
+            a, b = b, a
+        eye_vars = {self.find(v) for _, v in self.eyes}
+        if b == 1 and isinstance(a, Var) and a in eye_vars and a not in self._bound_vars():
+            self.parent[a] = 1
+            return True
         return False
 
     def _bound_vars(self):
@@ -688,7 +703,7 @@ class _Typer:
                              f"{self.describe(sa)} and {self.text(b)} is {self.describe(sb)}")
             self.special[id(n)] = "inner"
             return (1, 1)
-        if not self.unify(ca, rb):
+        if not self.unify(ca, rb) and not self.eye_one(ca, rb):
             hint = ""
             if self.is_scalar(sa) or self.is_scalar(sb):
                 greek = self.default_scalar_hint(b)  # (X@theta: a column fits; theta@X needs a row)

@@ -141,6 +141,25 @@ def test_an_identity_beside_a_1_by_1_block_is_1_by_1():
     assert matcalc.derive("logdet(I + X@X.T) + 2*alpha", wrt="alpha", shapes={"X": (1, "d")}).text == "2"
 
 
+def test_the_1_by_1_identity_in_other_spellings():
+    # I/2, I@I and a product that asks for the identity's size all make it 1×1 beside a 1×1
+    # block (each was refused as an identity of unknown size)
+    X = rng.standard_normal((1, 5)) * 0.5
+    q = (X @ X.T)[0, 0]
+    cases = (("logdet(I/2 + X@X.T)", 2 * X / (0.5 + q)), ("logdet(X@X.T + 2*I@I/3)", 2 * X / (2 / 3 + q)),
+             ("logdet(I@I - X@X.T)", -2 * X / (1 - q)),
+             # d[(1 + q) sum(X)] = 2 sum(X) X + (1 + q) 1ᵀ, in both orders of the product
+             ("sum((I + X@X.T)@X)", 2 * X.sum() * X + (1 + q)), ("sum(X.T@(I + X@X.T))", 2 * X.sum() * X + (1 + q)))
+    for expr, want in cases:
+        g = matcalc.derive(expr, wrt="X", shapes={"X": (1, "d")}).function(X=X)
+        np.testing.assert_allclose(g, want, rtol=1e-12, err_msg=expr)
+    # an identity a symbol sizes keeps that size: (I + x)@x.T asks a square I to meet a row
+    with pytest.raises(ShapeError, match="inner dimensions"):
+        matcalc.derive("sum((I + x)@x.T)", wrt="x")
+    with pytest.raises(ShapeError, match="size of I"):
+        matcalc.derive("tr(I/2 + alpha)", wrt="alpha")
+
+
 @pytest.mark.parametrize("expr, lam", [
     ("sum(exp(-(x - y.T)**2))", lambda x, y: np.sum(np.exp(-(x[:, None] - y[None, :]) ** 2))),
     ("sum(A*(x*y.T))", lambda x, y: np.sum(np.outer(x, y) * np.outer(np.arange(1.0, 4.0), np.arange(1.0, 5.0)))),
