@@ -503,8 +503,8 @@ class _FromSympy:
         if (isinstance(e, sp.log) and isinstance(e.args[0], sp.Abs)
                 and isinstance(e.args[0].args[0], sp.Determinant)):
             return f"logdet({self.text(e.args[0].args[0].arg)})"
-        if isinstance(e, sp.Max) and len(e.args) == 2 and sp.S.Zero in e.args:  # Max(0, 2t): relu
-            return f"relu({self.text([a for a in e.args if a != sp.S.Zero][0])})"
+        if isinstance(e, (sp.Max, sp.Min)):  # entrywise, through relu: Max(0, 2t) = relu(2t)
+            return self._extremum(e)
         if isinstance(e, sp.Function) and len(e.args) >= 1:
             name = self._elementwise_name(e, None)
             if name is not None:
@@ -514,6 +514,19 @@ class _FromSympy:
         if isinstance(e, MatrixElement) and e.parent.shape == (1, 1):
             return f"sum({self.text(e.parent)})"
         self.unknown(e)
+
+    def _extremum(self, e) -> str:
+        """Max and Min of any arguments through relu: max(a, b) = a + relu(b − a) and
+        min(a, b) = a − relu(a − b), nested for more than two; max(0, u) = relu(u)."""
+        args = sorted(e.args, key=lambda a: a != sp.S.Zero)
+        out = None if args[0] == sp.S.Zero else self.text(args[0])
+        for b in args[1:]:
+            tb = _wrap(self.text(b))
+            if isinstance(e, sp.Max):
+                out = f"relu({tb})" if out is None else f"({out} + relu({tb} - {_wrap(out)}))"
+            else:
+                out = f"(-relu(-{tb}))" if out is None else f"({out} - relu({_wrap(out)} - {tb}))"
+        return out
 
     def _elementwise_name(self, body, var):
         """The matcalc name of f in f(var) (var None: body is f(arg) of any arg)."""
@@ -608,7 +621,7 @@ def _almost_everywhere(e, x):
 
     def rule(t):
         f = t.expr
-        if len(t.variables) == 1 and type(f) in known:
+        if len(t.variables) == 1 and type(f) in known and (type(f) is not sp.Max or sp.S.Zero in f.args):
             arg = f.args[0] if type(f) is not sp.Max else next(a for a in f.args if a != 0)
             return known[type(f)](arg)
         return t

@@ -118,7 +118,12 @@ def test_an_elementwise_lambda_of_any_body_and_to_sympy_read_back():
                         # sqrt(t), relu(t), step(t)
                         (lambda t: sp.sqrt(1 + t ** 2), lambda z: z / np.sqrt(1 + z ** 2)),
                         (lambda t: sp.Max(2 * t, 0), lambda z: 2.0 * (z > 0)),
-                        (lambda t: sp.Max(t ** 2 - 0.1, 0), lambda z: 2 * z * (z ** 2 > 0.1))]:
+                        (lambda t: sp.Max(t ** 2 - 0.1, 0), lambda z: 2 * z * (z ** 2 > 0.1)),
+                        # Max and Min of other arguments, through relu (they were refused)
+                        (lambda t: sp.Max(1, t), lambda z: 1.0 * (z > 1)),
+                        (lambda t: sp.Min(0, t), lambda z: 1.0 * (z < 0)),
+                        (lambda t: sp.Max(0, t, 1 - t), lambda z: np.where(z > 0.5, 1.0, -1.0)),
+                        (lambda t: sp.Min(2 * t, t ** 2), lambda z: np.where(z ** 2 < 2 * z, 2 * z, 2.0))]:
         d = matcalc.derive(y.T * (X * w).applyfunc(body), wrt=w)
         vals = dict(X=Xv, w=wv, y=yv, **({"a": 0.7} if "a" in d.function.params else {}))
         np.testing.assert_allclose(d.function(**vals), Xv.T @ (yv * dbody(z)), rtol=1e-10)
