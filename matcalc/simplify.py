@@ -277,6 +277,30 @@ def _negated(z: Expr) -> Expr:
     return s_mul(const(-1.0), z)
 
 
+def _without_minus(e: Expr):
+    """−e written with one minus fewer, where e holds a sum of negative terms only, reached
+    through :, a Hadamard factor or a transpose: −(dσ∘(−P − Q)):B = (dσ∘(P + Q)):B; else None."""
+    if e.op == "add":
+        if all(ir.negative_term(t)[0] for t in e.args):
+            return s_add(*[scale(-1.0, t) for t in e.args])
+        return None
+    if e.op == "T":
+        a = _without_minus(e.args[0])
+        return None if a is None else s_T(a)
+    if e.op == "frob":
+        for i, a in enumerate(e.args):
+            a = _without_minus(a)
+            if a is not None:
+                return s_frob(*(a if j == i else b for j, b in enumerate(e.args)))
+        return None
+    if e.op == "mul" and e.args[0].op != "const":
+        for i, a in enumerate(e.args):
+            a = _without_minus(a) if a.shape == e.shape else None
+            if a is not None:
+                return s_mul(*(a if j == i else b for j, b in enumerate(e.args)))
+    return None
+
+
 def _factor(items, total, shape):
     """Pull out what every term shares: a common Hadamard factor, a common left or
     right matrix factor, or a common numeric coefficient."""
@@ -404,9 +428,10 @@ def s_mul(*fs: Expr) -> Expr:
         if f.op == "step" and any(g.op == "relu" and g.args[0] == f.args[0] and g.shape == f.shape for g in rest):
             rest.remove(f)
     rest = _collect_powers(rest)
-    if c < 0 and len(rest) == 1 and rest[0].op == "add" and rest[0].shape == shape \
-            and all(ir.negative_term(t)[0] for t in rest[0].args):  # -(-a - b) = a + b
-        return s_add(*[scale(c, t) for t in rest[0].args])
+    if c < 0 and len(rest) == 1 and rest[0].shape == shape:  # -(-a - b) = a + b, inside (…):B too
+        flipped = _without_minus(rest[0])
+        if flipped is not None:
+            return scale(-c, flipped)
     if not math.isfinite(c):  # an overflow: keep the factors as they are
         return Expr("mul", tuple(flat), None, shape)
     if c == 0.0 or not rest:

@@ -728,3 +728,13 @@ def test_the_dense_hessian_in_a_scalar_over_matrix_expressions():
         h = matcalc.hessian(expr, "sigma", shapes=shapes)
         np.testing.assert_allclose(h.matrix(sigma=s, **vals), [[want]], rtol=1e-10)
         np.testing.assert_allclose(h.hvp(1.0, sigma=s, **vals), want, rtol=1e-10)
+
+
+def test_a_minus_over_a_sum_of_negative_terms_is_taken_in():
+    # -(dσ∘(−P − Q)):B reads dσ∘(P + Q):B; d²/dσ² tr(M⁻¹) = 2 tr(M⁻¹BM⁻¹BM⁻¹), M = A + σB
+    h = matcalc.hessian("tr(inv(A + sigma*B))", "sigma", shapes={"A": ("n", "n"), "B": ("n", "n")})
+    assert "-" not in h.text.replace("-2", ""), h.text
+    rng = np.random.default_rng(22)
+    A, B = 3 * np.eye(4) + rng.standard_normal((4, 4)) / 3, rng.standard_normal((4, 4))
+    Mi = np.linalg.inv(A + 0.3 * B)
+    np.testing.assert_allclose(h.matrix(sigma=0.3, A=A, B=B), [[2 * np.trace(Mi @ B @ Mi @ B @ Mi)]], rtol=1e-10)
