@@ -12,7 +12,7 @@ from .errors import DeriveError, MatcalcError, ShapeError, not_in_expression
 from .function import GradientFunction
 from .parse import parse
 from .naming import DiffName, auto_names, definitions_in_order, shared_names
-from .printing import dim_sources, objective_tex, tex_name
+from .printing import dim_names, dim_sources, objective_tex, tex_name
 from .printing import to_latex as _to_latex
 from .printing import to_text as _to_text
 from .shapes import typecheck
@@ -55,11 +55,17 @@ class Derivation:
     def lam_symbol(self) -> str:
         """The objective's name in text: λ, or ℓ where a symbol is itself named λ (one named
         lambda reads apart in text; in LaTeX both are \\lambda, see objective_tex)."""
-        return "ℓ" if "λ" in self.symbols or "λ" in self._user_names.values() else "λ"
+        return "ℓ" if "λ" in self._question_names else "λ"
 
     @property
     def _lam_tex(self) -> str:
-        return objective_tex(list(self.symbols) + [n for n in self._user_names.values() if isinstance(n, str)])
+        return objective_tex(self._question_names)
+
+    @property
+    def _question_names(self) -> set:
+        """The names of the symbols and dimensions of the question, as the user wrote them."""
+        return (set(self.symbols) | {n for n in self._user_names.values() if isinstance(n, str)}
+                | dim_names(self.user_shapes))
 
     def _text(self, e, names=None):
         return _to_text(e, names, self._dims)

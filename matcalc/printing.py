@@ -295,9 +295,15 @@ def tex_name(name: str) -> str:
 
 
 def objective_tex(names) -> str:
-    """The LaTeX of the objective: λ, or ℓ where a symbol of the question typesets as λ itself
-    (a ridge penalty named lambda): ∂λ/∂w beside a λ w term would read as one quantity."""
+    """The LaTeX of the objective: λ, or ℓ where a symbol or dimension of the question
+    typesets as λ itself (a ridge penalty named lambda): ∂λ/∂w beside a λ w term would read
+    as one quantity."""
     return "\\ell" if any(tex_name(n) == "\\lambda" for n in names) else "\\lambda"
+
+
+def dim_names(user_shapes: dict) -> set:
+    """The names of the dimensions in the shapes of a question (a product a*b gives a and b)."""
+    return {f for shape in user_shapes.values() for d in shape if isinstance(d, str) for f in d.split("*")}
 
 
 class LatexPrinter(TextPrinter):

@@ -24,7 +24,7 @@ from .differential import differential
 from .errors import DeriveError, NotationWarning, ShapeError, not_in_expression
 from .naming import definitions_in_order, shared_names
 from .ir import tree_size
-from .printing import objective_tex, tex_name, to_latex, to_text
+from .printing import dim_names, objective_tex, tex_name, to_latex, to_text
 from .simplify import simplify, stabilize
 
 
@@ -789,11 +789,11 @@ class Hessian(_LinearMap):
                                 sanitize(self._params), self.user_shapes)
 
     def _step_lhs_latex(self):
-        lam = objective_tex(self.symbols)  # (ℓ where a symbol typesets as λ)
+        lam = objective_tex(set(self.symbols) | dim_names(self.user_shapes))  # (ℓ where a symbol typesets as λ)
         return [f"\\mathrm{{d}}{lam}", f"\\mathrm{{d}}^2{lam}"] + ["" for _ in self.steps[2:]]
 
     def _vec_lhs_latex(self):
-        lam = objective_tex(self.symbols)
+        lam = objective_tex(set(self.symbols) | dim_names(self.user_shapes))
         if self.diagonal:
             return f"\\frac{{\\partial^2 {lam}}}{{\\partial \\operatorname{{vec}} {tex_name(self.wrt)}^2}}"
         return (f"\\frac{{\\partial^2 {lam}}}{{\\partial \\operatorname{{vec}} {tex_name(self.wrt_i)}"

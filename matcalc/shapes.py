@@ -40,7 +40,7 @@ _SPELLED = {"solve": "write inv(A)@B: matcalc computes it as a solve", "log_soft
             "σ": "write sigmoid(z)", "cross_entropy": "write -y:log(softmax(z))", "clip": "matcalc has "
             "no clip; relu(x) clips at 0"}
 
-_DIM_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_DIM_RE = re.compile(r"^[^\W\d]\w*$")
 MAX_DIM = 10 ** 6
 
 

@@ -59,3 +59,29 @@ def test_the_objective_is_l_in_text_where_a_symbol_is_named_lambda_in_greek():
     d = matcalc.derive("λ*sum(w) + w:w", "w")
     assert str(d).startswith("∂ℓ/∂w = ") and d.derivation_lines()[0].startswith("ℓ = ")
     assert str(matcalc.derive("lambda*w:w", "w")).startswith("∂λ/∂w = ")
+
+
+def test_unicode_dimension_names():
+    # shapes={"W": ("λ", "μ")} was refused as a bad dimension; as symbol names, any letters
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    shapes = {"W": ("λ", "μ"), "x": ("μ",)}
+    d = matcalc.derive("sum(exp(W@x))", wrt="W", shapes=shapes)
+    assert d.shape == ("λ", "μ") and str(d).startswith("∂ℓ/∂W")  # the dimension λ is not the objective
+    rng = np.random.default_rng(5)
+    W, x = rng.standard_normal((2, 3)), rng.standard_normal(3)
+    np.testing.assert_allclose(d.function(W=W, x=x), np.outer(np.exp(W @ x), x), rtol=1e-12)
+    h = matcalc.hessian("sum(exp(W@x))", "W", shapes=shapes)
+    z = np.exp(W @ x)
+    np.testing.assert_allclose(h.matrix(W=W, x=x), np.kron(np.outer(x, x), np.diag(z)), rtol=1e-12)
+    m = matcalc.derive("sum(mean(W, 0))", wrt="W", shapes={"W": ("λ", "μ")})
+    np.testing.assert_allclose(m.function(W=W), np.full((2, 3), 0.5))
+    r = subprocess.run([sys.executable, "-m", "matcalc", "derive", "sum(mean(W, 0))", "--wrt", "W",
+                        "--shape", "W=λ,μ"], capture_output=True, text=True, encoding="utf-8")
+    assert r.returncode == 0 and "(λ, μ)" in r.stdout, r.stderr
+    for bad in ("2n", "n-1", "a b"):
+        with pytest.raises(matcalc.ShapeError, match="bad dimension"):
+            matcalc.derive("sum(W)", wrt="W", shapes={"W": (bad, "m")})
