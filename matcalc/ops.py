@@ -51,6 +51,7 @@ class Op:
     letter: Optional[str] = None          # the short name of its value in derivations
     cost: Optional[Callable] = None       # (node, size) -> flops
     elementwise: bool = False
+    transposes: bool = False              # f(Xᵀ) = f(X)ᵀ though not entry by entry (softmax over all entries)
     user: bool = True                     # callable by name in the language
     smooth: bool = True                   # False: piecewise constant or kinked (fd-checks avoid kinks)
     aliases: tuple = ()
@@ -785,7 +786,7 @@ register(Op("softmax", axis_rule(True, vector_only_without_axis=True), params=("
 # softmax over every entry of a matrix: the gradient of logsumexp(X) (not user syntax)
 register(Op("softmax_all", same_shape, jvp=lambda e, d: None if d[0] is None else _ir().mul(
              e, _ir().add(d[0], _ir().neg(_ir().frob(e, d[0])))), rule="d softmax(X) = S∘(dX − (S:dX)1)",
-            numpy="_softmax({0})", helpers=("_softmax",), user=False, letter="s",
+            numpy="_softmax({0})", helpers=("_softmax",), user=False, letter="s", transposes=True,
             text=lambda p, e: f"exp({p.p(e.args[0])[0]} - logsumexp({p.p(e.args[0])[0]}))",
             latex="\\operatorname{softmax}",
             torch=_fw_softmax_all, jax=_fw_softmax_all))

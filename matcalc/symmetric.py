@@ -19,9 +19,10 @@ NOTE = ("{S} is symmetric: only symmetric dS exist, so the gradient is the symme
 
 
 def _elementwise(op: str) -> bool:
-    """op acts entry by entry (its registry entry says so)."""
+    """op acts entry by entry, or at least commutes with the transpose (its registry entry
+    says so)."""
     spec = REGISTRY.get(op)
-    return spec is not None and spec.elementwise
+    return spec is not None and (spec.elementwise or spec.transposes)
 
 
 def is_symmetric(e: Expr, names) -> bool:

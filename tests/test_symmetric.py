@@ -114,3 +114,16 @@ def test_a_power_of_a_symmetric_form_is_symmetric():
     X = np.random.default_rng(4).standard_normal((5, 3))
     P = np.linalg.inv(X.T @ X)
     np.testing.assert_allclose(d.function(X=X), -2 * X @ P @ P, rtol=1e-10)
+
+
+def test_softmax_over_all_entries_of_a_symmetric_form_is_symmetric():
+    # softmax over every entry commutes with the transpose: logsumexp(AᵀA) read A@(S + Sᵀ),
+    # and logsumexp(AAᵀ − (AAᵀ)ᵀ), a constant log(n²), had a gradient (E − Eᵀ)ᵀ + E − Eᵀ
+    d = matcalc.derive("logsumexp(A.T@A)", "A")
+    assert d.text == "2*A@exp(A.T@A - logsumexp(A.T@A))"
+    Av = np.random.default_rng(6).standard_normal((5, 3)) / 2
+    E = np.exp(Av.T @ Av)
+    np.testing.assert_allclose(d.function(A=Av), 2 * Av @ (E / E.sum()), rtol=1e-12)
+    z = matcalc.derive("logsumexp(A@A.T - (A@A.T).T)", "A")
+    assert z.text == "0"
+    np.testing.assert_array_equal(z.function(A=Av), np.zeros((5, 3)))
