@@ -40,7 +40,9 @@ _SPELLED = {"solve": "write inv(A)@B: matcalc computes it as a solve", "log_soft
             "σ": "write sigmoid(z)", "cross_entropy": "write -y:log(softmax(z))", "clip": "matcalc has "
             "no clip; relu(x) clips at 0"}
 
-_DIM_RE = re.compile(r"^[^\W\d]\w*$")
+def _is_name(s: str) -> bool:
+    """A name as the grammar reads one (n, d_in, λ; not ³, ① or xᵀ): dimensions and definitions."""
+    return s.isidentifier() and not any(c in "ᵀ¹²³" or "\u2070" <= c <= "\u209f" for c in s)
 MAX_DIM = 10 ** 6
 
 
@@ -117,13 +119,13 @@ def parse_declaration(name: str, spec) -> tuple:
             if d < 1 or d > MAX_DIM:
                 raise ShapeError(f"dimension {d} in the shape of {name} must be between 1 and {MAX_DIM}")
             dims.append(d)
-        elif isinstance(d, str) and _DIM_RE.match(d.strip()):
+        elif isinstance(d, str) and _is_name(d.strip()):
             dims.append(d.strip())
-        elif isinstance(d, str) and "*" in d and all(_DIM_RE.match(f.strip()) or f.strip().isdigit()
+        elif isinstance(d, str) and "*" in d and all(_is_name(f.strip()) or f.strip().isascii() and f.strip().isdigit()
                                                      for f in d.split("*")):
             out = 1  # a product of dimensions, as vec and kron make: "a*b"
             for f in d.split("*"):
-                out = ir.dim_mul(out, int(f) if f.strip().isdigit() else f.strip())
+                out = ir.dim_mul(out, f.strip() if _is_name(f.strip()) else int(f))
             dims.append(out)
         else:
             raise ShapeError(f"bad dimension {d!r} in the shape of {name}: use a name like n or an int")
@@ -925,7 +927,7 @@ def typecheck(ast: Node, source: str, declared: dict | None = None,
     t._names = (n for n in _letters() if n not in t.user_dim_names)
     parsed = []
     for name, text, tree in _in_use_order(definitions or {}, parse):
-        if not isinstance(name, str) or not _DIM_RE.match(name) or name in IDENTITY_NAMES:
+        if not isinstance(name, str) or not _is_name(name) or name in IDENTITY_NAMES:
             raise ShapeError(f"cannot define {name!r}: a definition needs a plain name (not I or eye)")
         if name in FUNCTIONS:
             raise ShapeError(f"cannot define {name!r}: it is a function name")
