@@ -71,7 +71,11 @@ class Derivation:
         return _to_text(e, names, self._dims)
 
     def _latex(self, e, names=None):
-        return _to_latex(e, names, self._dims)
+        return _to_latex(e, names, self._dims, self._symbol_tex)
+
+    @cached_property
+    def _symbol_tex(self) -> frozenset:
+        return frozenset(tex_name(n) for n in self.symbols)
 
     @cached_property
     def lam_text_short(self) -> str:

@@ -309,6 +309,16 @@ def dim_names(user_shapes: dict) -> set:
 class LatexPrinter(TextPrinter):
     """Expr -> LaTeX (juxtaposition for products, ∘ for Hadamard, ^\\top for transpose)."""
 
+    def __init__(self, names: dict | None = None, dims: dict | None = None, taken=frozenset()):
+        super().__init__(names, dims)
+        self.taken = taken  # the names the question's symbols typeset as
+
+    def __call__(self, e: Expr) -> str:
+        # a function whose LaTeX a symbol typesets as too (σ, the sigmoid, beside a symbol
+        # sigma) is written out: sigmoid(x)
+        self.symbol_tex = set(self.taken) | {tex_name(n.attr) for n in ir.walk(e) if n.op in ("sym", "delta")}
+        return super().__call__(e)
+
     def wrap(self, e: Expr, limit: int, strict: bool = False) -> str:
         s, prec = self.p(e)
         return f"\\left({s}\\right)" if (prec <= limit if strict else prec < limit) else s
@@ -390,6 +400,8 @@ class LatexPrinter(TextPrinter):
         if callable(spec.latex):
             return spec.latex(self, e)
         name = spec.latex or "\\operatorname{" + op.replace("_", "\\_") + "}"
+        if name in self.symbol_tex:  # σ(x) beside a symbol σ: sigmoid(x)
+            name = "\\operatorname{" + op.replace("_", "\\_") + "}"
         args = [self.p(a)[0] for a in e.args]
         if e.attr is not None and not isinstance(e.attr, tuple):
             args.append(str(e.attr))
@@ -402,5 +414,6 @@ def _hadamard(e: Expr) -> bool:
         (e.op == "div" and e.shape != SCALAR)
 
 
-def to_latex(e: Expr, names: dict | None = None, dims: dict | None = None) -> str:
-    return LatexPrinter(names, dims)(e)
+def to_latex(e: Expr, names: dict | None = None, dims: dict | None = None, taken=frozenset()) -> str:
+    """The LaTeX of e; ``taken``: what the question's symbols typeset as (\\sigma for sigma)."""
+    return LatexPrinter(names, dims, taken)(e)

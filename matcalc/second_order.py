@@ -183,7 +183,7 @@ class _LinearMap:
         used = {n for r in roots for n in ir.walk(r) if n in names}
         sub = {n: name for n, name in names.items() if n in used}
         if latex:
-            return [(tex_name(name), to_latex(node, {k: v for k, v in names.items() if k is not node}))
+            return [(tex_name(name), self._latex(node, {k: v for k, v in names.items() if k is not node}))
                     for name, node in definitions_in_order(sub)]
         return [(name, to_text(node, {k: v for k, v in names.items() if k is not node}, self._dims))
                 for name, node in definitions_in_order(sub)]
@@ -200,7 +200,14 @@ class _LinearMap:
 
     @cached_property
     def latex(self) -> str:
-        return to_latex(self._shown, self._user_names)
+        return self._latex(self._shown, self._user_names)
+
+    def _latex(self, e, names) -> str:
+        return to_latex(e, names, taken=self._symbol_tex)
+
+    @cached_property
+    def _symbol_tex(self) -> frozenset:
+        return frozenset(tex_name(n) for n in self.symbols)
 
     @cached_property
     def _factored(self):
@@ -249,7 +256,7 @@ class _LinearMap:
 
         vf = vec_form(self.linear, self.dW, self.out_node.shape)
         if vf is not None:
-            vf.names, vf.dims = dict(self._user_names or {}), self._dims
+            vf.names, vf.dims, vf.taken = dict(self._user_names or {}), self._dims, self._symbol_tex
         return vf
 
     @property
@@ -541,7 +548,7 @@ class _LinearMap:
         rows = [f"{name} &= {value}" for name, value in self._named_parts(roots, self._step_names, latex=True)]
         for i, (lhs, st) in enumerate(zip(self._step_lhs_latex(), self.steps)):
             note = st.identity_latex or f"\\text{{{_tex_escape(st.identity)}}}"
-            rows.append(f"{lhs} &= {to_latex(st.after, self._step_names)} && {note}")
+            rows.append(f"{lhs} &= {self._latex(st.after, self._step_names)} && {note}")
         if self.kron_latex is not None:
             rows.append(f"{self._vec_lhs_latex()} &= {self.kron_latex}"
                         f" && \\text{{vec form, column-major}}")
@@ -646,7 +653,7 @@ class Jacobian(_LinearMap):
                 f"{tex_name(self.wrt)}}}")
 
     def _head_latex(self):
-        return (f"\\mathrm{{d}}F = {self.latex},\\quad F = {to_latex(self.F, self._user_names)}"
+        return (f"\\mathrm{{d}}F = {self.latex},\\quad F = {self._latex(self.F, self._user_names)}"
                 f"\\quad \\text{{matrix }} {_size_tex(self._out_user_shape)} \\times {_size_tex(self.shape)}")
 
     def derivation_lines(self) -> list[str]:

@@ -257,6 +257,7 @@ class VecForm:
     # ---- printing
     names: dict = {}  # node -> name (definitions), used in the printed pieces
     dims: dict = {}   # dimension -> (symbol, axis): a size prints as size(X, 0)
+    taken: frozenset = frozenset()  # what the question's symbols typeset as (printing.to_latex)
 
     def _names(self, e: Expr, latex: bool = False) -> dict:
         """Identities as I_n, and arrays of one number with their sizes (a bare 1 or 2 in a
@@ -270,7 +271,7 @@ class VecForm:
     def _print(self, e: Expr, names: dict, latex: bool) -> str:
         from .printing import to_latex, to_text
 
-        return to_latex(e, names) if latex else to_text(e, names, self.dims)
+        return to_latex(e, names, taken=self.taken) if latex else to_text(e, names, self.dims)
 
     def _ir_text(self, e: Expr, latex: bool) -> tuple:
         names = self._names(e, latex)

@@ -85,3 +85,14 @@ def test_unicode_dimension_names():
     for bad in ("2n", "n-1", "a b"):
         with pytest.raises(matcalc.ShapeError, match="bad dimension"):
             matcalc.derive("sum(W)", wrt="W", shapes={"W": (bad, "m")})
+
+
+def test_the_sigmoid_is_written_out_in_latex_beside_a_symbol_sigma():
+    # σ(Wx) beside a symbol σ read as σ times (Wx); the steps and definitions too
+    d = matcalc.derive("sum(sigma*sigmoid(W@x))", "W")
+    assert "\\operatorname{sigmoid}" in d.latex and "\\sigma\\left(" not in d.steps_latex
+    assert "s &= \\operatorname{sigmoid}\\left(z\\right)" in d.steps_latex
+    h = matcalc.hessian("sum(sigma*sigmoid(W@x))", "W")
+    assert "\\sigma\\left(" not in h.latex + h.kron_latex + h.steps_latex
+    plain = matcalc.derive("sum(alpha*sigmoid(W@x))", "W")  # no symbol σ: the usual σ(Wx)
+    assert "\\sigma\\left(W x\\right)" in plain.latex and "sigmoid" not in plain.latex
