@@ -11,6 +11,7 @@ import re
 import sys
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_REFUSED, EXIT_INTERNAL = 0, 1, 2, 3
+EXIT_OUTPUT = 74  # the output could not be written (sysexits.h's EX_IOERR)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -434,11 +435,16 @@ def main(argv=None) -> None:
     _printable_streams()
     try:
         code = run(argv)
+        sys.stdout.flush()  # (a write that fails, fails here: not at exit, unreported)
     except KeyboardInterrupt:
         code = 130
     except BrokenPipeError:  # the reader stopped (| head): as a command killed by SIGPIPE, quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (no second error at exit)
         code = 141
+    except OSError as e:  # the output cannot be written (a full disk): not matcalc's bug
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print(f"matcalc: cannot write the output: {e.strerror or e}", file=sys.stderr)
+        code = EXIT_OUTPUT
     except Exception as e:  # a bug in matcalc: say so briefly, never a raw traceback
         if os.environ.get("MATCALC_DEBUG"):
             raise

@@ -1,4 +1,5 @@
 """The command line reads a question as it is typed: an expression may start with '-'."""
+import os
 import subprocess
 import sys
 
@@ -144,6 +145,15 @@ def test_a_reader_that_stops_early_is_no_internal_error():
     p.stdout.close()
     err = p.stderr.read().decode()
     assert p.wait(timeout=120) == 141 and "internal error" not in err, err
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_output_that_cannot_be_written_is_no_internal_error():
+    # matcalc ... > /dev/full (a full disk): it said "internal error ... please report it", exit 3
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([sys.executable, "-m", "matcalc", "derive", "x:x", "--wrt", "x"], stdout=full,
+                           stderr=subprocess.PIPE, text=True)
+    assert r.returncode == 74 and "cannot write the output" in r.stderr and "internal" not in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("command", ["derive", "hessian"])
