@@ -590,10 +590,10 @@ def _intermediate(typed, name):
 
     value = typed.definitions[name]
     r, c = value.shape
-    y = ir.sym(name, value.shape)
+    expr, definitions, y = typed.with_symbol(name)  # (a literal copy of the value elsewhere is no y)
+    del definitions[name]
     user = () if value.shape == ir.SCALAR else ((r,) if c == 1 else (r, c))
-    definitions = {k: substitute(v, {value: y}) if k != name else v for k, v in typed.definitions.items()}
-    return replace(typed, expr=substitute(typed.expr, {value: y}), symbols={**typed.symbols, name: y},
+    return replace(typed, expr=expr, symbols={**typed.symbols, name: y},
                    user_shapes={**typed.user_shapes, name: user}, definitions=definitions), {y: value}
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import difflib
 import numbers
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable
 
 from . import ir, ops
 from .errors import DeriveError, ParseError, ShapeError
@@ -151,6 +152,9 @@ class Typed:
     source: str
     definitions: dict = None      # defined name -> ir.Expr of its value
     notes: list = None            # NotationWarnings: accepted, but probably not what was meant
+    # name -> (expr, definitions, y): the IR again with the definition of name as a symbol y of
+    # its shape where the text writes name (a literal copy of its value stays the value)
+    with_symbol: Callable = field(default=None, repr=False, compare=False)
 
 
 # names that usually stand for a number (a step size, a tolerance), vectors by their spelling:
@@ -184,6 +188,7 @@ class _Typer:
         self.bcast: dict = {}         # id(ast node) -> ("rows", n) | ("cols", m): broadcast operand
         self.def_ast: dict = {}       # a definition's name -> its parse tree, once typed
         self.def_ir: dict = {}        # a definition's name -> its IR, once built
+        self.opaque: dict = {}        # a definition's name -> the symbol that stands for it (build)
 
     # ---- union-find over dimensions
     def fresh(self):
@@ -803,6 +808,8 @@ class _Typer:
         if k == "name":
             if n.value in IDENTITY_NAMES:
                 return ir.eye(rs[0])
+            if n.value in self.opaque:
+                return self.opaque[n.value]
             if n.value in self.def_ir:
                 return self.def_ir[n.value]
             return self.syms[n.value]
@@ -971,4 +978,18 @@ def typecheck(ast: Node, source: str, declared: dict | None = None,
         t.def_ir[name] = t.build(d_ast)
     t.source = source
     expr = t.build(ast)
-    return Typed(expr, syms, user_shapes, source, dict(t.def_ir), list(t.notes))
+    built = dict(t.def_ir)
+
+    def with_symbol(name):
+        y = ir.sym(name, built[name].shape)
+        t.opaque, t.def_ir = {name: y}, {}
+        try:
+            for n, d_ast, text in parsed:  # (in use order: a definition after those it uses)
+                t.source = text
+                t.def_ir[n] = built[n] if n == name else t.build(d_ast)
+            t.source = source
+            return t.build(ast), dict(t.def_ir), y
+        finally:
+            t.opaque, t.def_ir, t.source = {}, dict(built), source
+
+    return Typed(expr, syms, user_shapes, source, built, list(t.notes), with_symbol)

@@ -21,6 +21,25 @@ def test_gradient_wrt_a_definition_takes_the_leaves():
     assert "y" in d.text and d.check().ok
 
 
+def test_a_copy_of_the_value_written_out_is_not_the_definition():
+    # ∂λ/∂z holds z's inputs fixed: W@h written out elsewhere in λ is not z (two equal
+    # spellings of λ gave different gradients: exp(z) + 1 and exp(z))
+    h = rng.standard_normal(3)
+    z = W @ h
+    for expr in ("sum(exp(z)) + sum(W@h)", "sum(exp(z)) + sum(h.T@W.T)"):
+        d = matcalc.derive(expr, wrt="z", definitions={"z": "W@h"})
+        np.testing.assert_allclose(d.function(W=W, h=h), np.exp(z), rtol=1e-12, err_msg=expr)
+        assert d.check().ok
+    d = matcalc.derive("z:z + z:(W@h)", wrt="z", definitions={"z": "W@h"})
+    np.testing.assert_allclose(d.function(W=W, h=h), 3 * z, rtol=1e-12)  # 2z + Wh
+    d = matcalc.derive("z:x", wrt="z", definitions={"z": "x"})
+    np.testing.assert_allclose(d.function(x=x), x)
+    assert d.text == "x"
+    # a definition that uses z takes z's symbol too: d(z∘z²)/dz = 3z²
+    d = matcalc.derive("sum(z*q)", wrt="z", definitions={"z": "W@x", "q": "z**2"})
+    np.testing.assert_allclose(d.function(W=W, x=x), 3 * (W @ x) ** 2, rtol=1e-12)
+
+
 def test_cross_entropy_dl_dz():
     ds = matcalc.derive("-t.T@log(softmax(z))", wrt=["z", "W"], definitions={"z": "W@h+b"})
     t = rng.uniform(0, 1, 4)
