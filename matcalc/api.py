@@ -280,14 +280,19 @@ class Derivation:
 
     @cached_property
     def _check_function(self) -> GradientFunction:
-        """The gradient as a function of every symbol, a defined wrt included (for the check)."""
+        """The gradient as a function of every symbol, a defined wrt included (for the check),
+        with fixed forms: the check's figures are the same on every run."""
         if not self._subst:
-            return self.function
+            f = self.function
+            fixed = GradientFunction(self.numpy_source, f.name, f.params, f.user_shapes, self.shape, fixed_forms=True)
+            fixed.wrt = f.wrt
+            return fixed
         from .codegen import function_source, module_source
 
         src, params = function_source("grad", optimize([self.gradient]), list(self.user_shapes), self.symbols,
                                       "G", optimized=True, declared=self.user_shapes, shaped_like=[self.wrt])
-        return GradientFunction(module_source([src]), "grad", params, self.user_shapes, self.shape)
+        return GradientFunction(module_source([src]), "grad", params, self.user_shapes, self.shape,
+                                fixed_forms=True)
 
     def source(self, backend: str = "numpy") -> str:
         """The gradient as a standalone module for ``backend``: ``"numpy"`` (the default,
@@ -330,12 +335,13 @@ class Derivation:
 
     @cached_property
     def value_function(self) -> GradientFunction:
-        """λ itself as a NumPy function (used by the check); a defined wrt is an argument."""
+        """λ itself as a NumPy function (used by the check: fixed forms, the same figures on
+        every run); a defined wrt is an argument."""
         from .codegen import function_source, module_source
 
         src, params = function_source("value", optimize([simplify(self.lam)]), list(self.user_shapes),
                                       self.symbols, "λ", optimized=True, declared=self.user_shapes)
-        return GradientFunction(module_source([src]), "value", params, self.user_shapes)
+        return GradientFunction(module_source([src]), "value", params, self.user_shapes, fixed_forms=True)
 
     def check(self, seed: int = 0, tol: float = 1e-5, draws: int = 2, domain: dict | None = None,
               sizes: dict | None = None, exact: bool = False):

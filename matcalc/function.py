@@ -68,7 +68,8 @@ class GradientFunction:
     """A callable made from emitted NumPy source.  Takes every symbol of the expression
     as a keyword argument (scalars as floats, vectors 1-D, matrices 2-D arrays)."""
 
-    def __init__(self, source: str, fname: str, params: dict, user_shapes: dict, out_shape=None):
+    def __init__(self, source: str, fname: str, params: dict, user_shapes: dict, out_shape=None,
+                 fixed_forms: bool = False):
         import numpy as np
 
         from .codegen import compile_function
@@ -77,7 +78,7 @@ class GradientFunction:
         self.name = fname
         self.params = params            # user name -> python name
         self.user_shapes = user_shapes  # user name -> () / (n,) / (m, n)
-        self._f = compile_function(source, fname)
+        self._f = compile_function(source, fname, fixed_forms)  # (fixed: no forms picked by timing)
         self.emitted = self._f  # the emitted function itself: no argument checks, Python-safe names
         import inspect  # what help(), inspect.signature and Jupyter's ? show: the keywords, the doc
 

@@ -129,6 +129,18 @@ class _LinearMap:
 
     kind = ""          # "jacobian" or "hessian"
     product = ""       # "jvp" or "hvp"
+    _fixed_forms = False  # its NumPy functions pick no form by timing (the check's copy)
+
+    def with_fixed_forms(self):
+        """A copy whose NumPy functions never pick a form by timing (codegen.compile_function),
+        so the check's figures are the same on every run; the text and forms are shared."""
+        import copy
+
+        out = copy.copy(self)
+        for k in ("_gf", "value_function", "gradient_function"):
+            out.__dict__.pop(k, None)
+        out._fixed_forms = True
+        return out
 
     def _setup(self, expr, typed, wrt, out_node, linear, user_names):
         self.expr = expr
@@ -458,7 +470,7 @@ class _LinearMap:
         from .codegen import sanitize
 
         gf = GradientFunction(self.numpy_source, self._fnames["dense"], sanitize(self._params),
-                              self.user_shapes)
+                              self.user_shapes, fixed_forms=self._fixed_forms)
         return gf
 
     def _fn(self, key):
@@ -634,7 +646,7 @@ class Jacobian(_LinearMap):
         from .codegen import sanitize
 
         gf = GradientFunction(self.numpy_source, "value", sanitize(self._params), self.user_shapes,
-                              out_shape=self.orientation.shape)
+                              out_shape=self.orientation.shape, fixed_forms=self._fixed_forms)
         gf.given_like = self.orientation.unit
         return gf
 
@@ -793,7 +805,7 @@ class Hessian(_LinearMap):
         from .codegen import sanitize
 
         return GradientFunction(self.numpy_source, self.derivation._grad_source[2],
-                                sanitize(self._params), self.user_shapes)
+                                sanitize(self._params), self.user_shapes, fixed_forms=self._fixed_forms)
 
     def _step_lhs_latex(self):
         lam = objective_tex(set(self.symbols) | dim_names(self.user_shapes))  # (ℓ where a symbol typesets as λ)
@@ -843,6 +855,8 @@ class Hessian(_LinearMap):
 
 def _check(m: _LinearMap, seed, tol, draws, domain, sizes):
     from .check import inverts, over_size_choices
+
+    m = m.with_fixed_forms()
 
     return over_size_choices(m.user_shapes, sizes, lambda s: _check_at(m, seed, tol, draws, domain, s),
                              inverts=inverts(m.lam if m.kind == "hessian" else m.F))

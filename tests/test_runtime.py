@@ -330,3 +330,25 @@ def test_emitted_functions_with_products_choose_their_blas_threads():
     np.testing.assert_allclose(d.function(G=G, X=X, W=W), (G * np.exp(X @ W)) @ W.T, rtol=1e-13)
     # no product, no wrapper
     assert "_blas_threads" not in matcalc.derive("sum(exp(x)*y)", wrt="y").numpy_source.split("def grad_y")[1]
+
+
+def test_the_check_runs_fixed_forms():
+    # the check's figures are the same on every run: its functions never pick a form by
+    # timing (max_rel_error differed in its 7th digit between runs under load)
+    d = matcalc.derive("0.5*(tr(S) + mu.T@mu - logdet(S))", wrt="S", shapes={"mu": ("n",)})
+    rng = np.random.default_rng(1)
+    R = rng.standard_normal((4, 4))
+    S, mu = R @ R.T + 4 * np.eye(4), rng.standard_normal(4)
+    for f in (d._check_function, d.value_function):
+        f(S=S, mu=mu)
+        ns = f.emitted.__globals__
+        assert ns["_TIMED_SHAPES"] == 0 and ns["_PICKED"] and not ns["_DUE"]  # (no _DUE: fixed, untimed)
+    assert d.check().to_dict() == d.check().to_dict()
+    d.function(S=S, mu=mu)  # the user's function still picks by timing
+    assert d.function.emitted.__globals__["_TIMED_SHAPES"] > 0
+    h = matcalc.hessian("0.5*(tr(S) + mu.T@mu - logdet(S))", "S", shapes={"mu": ("n",)})
+    fixed = h.with_fixed_forms()
+    assert fixed._gf.emitted.__globals__["_TIMED_SHAPES"] == 0 and fixed.gradient_function.emitted.__globals__[
+        "_TIMED_SHAPES"] == 0
+    assert h._gf.emitted.__globals__["_TIMED_SHAPES"] > 0  # the user's functions are untouched
+    assert h.check().to_dict() == h.check().to_dict() and h.check().ok
