@@ -279,18 +279,14 @@ def run(argv=None) -> int:
     from .api import derive, shape_str
     from .errors import DeriveError, MatcalcError
 
-    import warnings
-
-    from .errors import NotationWarning
+    from .errors import with_notes
 
     try:
         check_backend_args(args)
         shapes = parse_shapes(args.shape)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", NotationWarning)
-            results = derive(args.expr, wrt=list(args.wrt), shapes=shapes,
-                             definitions=parse_lets(args.let) or None, syntax=args.syntax,
-                             symmetric=args.sym or None, form=args.form)
+        results, notes = with_notes(derive, args.expr, wrt=list(args.wrt), shapes=shapes,
+                                    definitions=parse_lets(args.let) or None, syntax=args.syntax,
+                                    symmetric=args.sym or None, form=args.form)
         at = parse_at(args.at) if args.at else None
         if at is not None:
             symbols = set().union(*(d.symbols for d in results.values()))
@@ -311,11 +307,8 @@ def run(argv=None) -> int:
     except MatcalcError as e:
         print(f"matcalc: {e}", file=sys.stderr)
         return EXIT_REFUSED
-    for w in caught:
-        if issubclass(w.category, NotationWarning):
-            print(f"matcalc: {w.message}", file=sys.stderr)
-        else:
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    for note in notes:
+        print(f"matcalc: {note}", file=sys.stderr)
     status = EXIT_OK
     out = []
     for w, d in results.items():
@@ -329,7 +322,7 @@ def run(argv=None) -> int:
             if r is not None and not r.ok:
                 status = max(status, check_status(r))
         if args.json:
-            obj = json_object(d, report, exact, args.backend)
+            obj = json_object(d, report, exact, args.backend, notes)
             if at is not None:
                 obj["value"] = (values[w] + 0.0).tolist()  # (+ 0.0: no -0.0)
             out.append(dumps(obj))
@@ -375,10 +368,11 @@ def run(argv=None) -> int:
     return status
 
 
-def json_object(d, report=None, exact=None, backend: str = "numpy") -> dict:
+def json_object(d, report=None, exact=None, backend: str = "numpy", notes=()) -> dict:
     """What ``derive --json`` prints for one wrt (``matcalc serve``'s ``POST /api/derive``
     returns a list of these): ``d.to_dict`` plus the LaTeX of the derivation and its text lines,
-    the exact check's report (``--exact``) and the source for another backend (``--backend``).
+    the exact check's report (``--exact``), the source for another backend (``--backend``) and
+    ``notes`` (NotationWarnings: ``A*B`` where ``@`` was likely meant) when there are any.
     (``dumps`` writes non-finite numbers as null.)"""
     from .printing import tex_name
 
@@ -393,6 +387,8 @@ def json_object(d, report=None, exact=None, backend: str = "numpy") -> dict:
     obj.setdefault("definitions_latex", d.short_definitions(latex=True))
     obj.setdefault("steps_latex", d.steps_latex)
     obj.setdefault("derivation", d.derivation_lines())
+    if notes:
+        obj["notes"] = [getattr(n, "message", n) for n in notes]
     return obj
 
 

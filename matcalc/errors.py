@@ -110,3 +110,22 @@ def not_in_expression(wrt: str, names) -> DeriveError:
     if plain != wrt and plain in names or any(unicodedata.normalize("NFKC", n) == wrt and n != wrt for n in names):
         hint = " (a name in it is written with look-alike characters, such as full-width letters)"
     return DeriveError(f"{wrt!r} does not occur in the expression{hint}; its symbols are {', '.join(names)}")
+
+
+def with_notes(fn, *args, **kw):
+    """(fn(*args, **kw), the NotationWarnings it raised): what the CLI prints on stderr (str:
+    with the caret) and ``--json`` and the web page return as ``notes`` (``.message``); other
+    warnings pass on as they were."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", NotationWarning)
+        out = fn(*args, **kw)
+    notes = []
+    for w in caught:
+        if issubclass(w.category, NotationWarning):
+            notes.append(w.message)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return out, notes
+

@@ -21,7 +21,7 @@ from . import ir
 from .api import MAX_TREE, _typed_any, differential_free
 from .adjoint import Step, pullback
 from .differential import differential
-from .errors import DeriveError, NotationWarning, ShapeError, not_in_expression
+from .errors import DeriveError, NotationWarning, ShapeError, not_in_expression, with_notes
 from .naming import definitions_in_order, shared_names
 from .ir import tree_size
 from .printing import dim_names, objective_tex, tex_name, to_latex, to_text
@@ -1107,13 +1107,9 @@ def compute(kind: str, expr: str, wrt: list, shapes: dict, definitions, emit: bo
     endpoints too): ``results`` maps a name (a pair for Hessian blocks) to its Jacobian or
     Hessian, with the NumPy module already emitted if ``emit`` (a refusal of the emitted code is
     then a refusal), ``notes`` the NotationWarnings (the Jacobian of a scalar) as text."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", NotationWarning)
-        if kind == "jacobian":
-            results = jacobian(expr, wrt=list(wrt), shapes=shapes, definitions=definitions, syntax=syntax)
-        else:
-            results = hessian(expr, wrt=list(wrt), shapes=shapes, definitions=definitions, syntax=syntax)
-    notes = [w.message.message for w in caught if issubclass(w.category, NotationWarning)]
+    results, caught = with_notes(jacobian if kind == "jacobian" else hessian, expr, wrt=list(wrt), shapes=shapes,
+                                 definitions=definitions, syntax=syntax)
+    notes = [w.message for w in caught]
     for r in results.values() if emit else ():
         r.numpy_source  # noqa: B018
     return results, notes

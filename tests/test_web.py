@@ -390,6 +390,16 @@ def test_hessian_blocks_and_kronecker_forms_match_the_closed_forms(client):
     assert [o["wrt"] for o in r.json()] == [["X", "X"], ["X", "W"], ["W", "X"], ["W", "W"]]
 
 
+def test_a_gradient_carries_the_cli_notes(client):
+    # A*X.T*B*X*C (MATLAB's matrix products, entrywise here): the CLI notes it on stderr; the
+    # page showed nothing, as /api/derive sent no notes
+    r, cli = _cli_json("tr(A*X.T*B*X*C)", ["X"], {})
+    assert r.returncode == 0 and "entrywise (Hadamard) product" in r.stderr
+    resp = client.post("/api/derive", json={"expr": "tr(A*X.T*B*X*C)", "wrt": "X"})
+    assert resp.json() == cli and "entrywise (Hadamard) product" in cli[0]["notes"][0]
+    assert "notes" not in client.post("/api/derive", json={"expr": "tr(A@X.T@B@X@C)", "wrt": "X"}).json()[0]
+
+
 def test_jacobian_of_a_scalar_carries_the_cli_note(client):
     r, cli = _cli_second("jacobian", "x:x", ["x"], {})
     assert r.returncode == 0 and "1×N row" in r.stderr
@@ -635,6 +645,15 @@ def test_browser_refusal_shows_the_caret_and_the_page_stays_usable(page, server)
     page.fill("#expr", "G:exp(X@W)")  # W is still picked
     _wait_for_gradient(page, "W", matcalc.derive("G:exp(X@W)", wrt="W").text)
     assert page.locator("#error").is_hidden()
+
+
+def test_browser_gradient_shows_the_notes(page, server):
+    page.goto(server.url)
+    page.wait_for_selector(".card .result .katex", timeout=20000)  # the first example
+    page.fill("#expr", "sum(x - mu)")
+    _wait_for_gradient(page, "x", matcalc.derive("sum(x - mu)", wrt="x").text)
+    note = page.locator(".card[data-wrt='x'] .notes")
+    assert note.is_visible() and "adds the number mu to every entry" in note.text_content()
 
 
 def test_browser_permalink_opens_the_question(page, server):

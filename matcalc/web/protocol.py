@@ -7,7 +7,7 @@ from __future__ import annotations
 import inspect
 import re
 
-from ..errors import DeriveError, MatcalcError
+from ..errors import DeriveError, MatcalcError, with_notes
 
 #: Size limits of one question. A larger one is refused (HTTP 413) before any work is done.
 LIMITS = {
@@ -261,16 +261,16 @@ def answer(kind: str, p: dict):
     if kind in ("hessian", "jacobian"):
         return _second_order(kind, p)
     if kind == "derive":
-        results = derive(p["expr"], wrt=list(p["wrt"]), shapes=p["shapes"], definitions=p["definitions"],
-                         **extra)
+        results, notes = with_notes(derive, p["expr"], wrt=list(p["wrt"]), shapes=p["shapes"],
+                                    definitions=p["definitions"], **extra)
         backends = list(p.get("backends") or [])
         first = backends[0] if backends else "numpy"
         out = []
         for d in results.values():
             try:
-                obj = json_object(d, d.check() if p["check"] else None, backend=first)
+                obj = json_object(d, d.check() if p["check"] else None, backend=first, notes=notes)
             except MatcalcError as e:  # the first backend's source could not be written
-                obj = json_object(d, d.check() if p["check"] else None)
+                obj = json_object(d, d.check() if p["check"] else None, notes=notes)
                 obj[f"{first}_error"] = str(e)
             out.append(_backend_sources(d, obj, backends))
         return out

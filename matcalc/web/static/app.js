@@ -258,11 +258,6 @@
     card.querySelector(".gradient-text").textContent = text;
     copyButton(card.querySelector(".copy-text"), () => text);
     if (obj.kron) card.querySelector(".layout").textContent = `vec form: ${obj.kron}`;
-    if (obj.notes && obj.notes.length) {
-      const n = card.querySelector(".notes");
-      n.textContent = "note: " + obj.notes.join("; ");
-      n.hidden = false;
-    }
   }
 
   function render(list, mode) {
@@ -277,6 +272,11 @@
         renderSecondOrder(card, obj, mode);
       } else {
         renderGradient(card, obj);
+      }
+      if (obj.notes && obj.notes.length) {  // (A*B where @ was likely meant, the Jacobian of a scalar)
+        const n = card.querySelector(".notes");
+        n.textContent = "note: " + obj.notes.join("; ");
+        n.hidden = false;
       }
       if (obj.check) {
         const c = card.querySelector(".check-result");
