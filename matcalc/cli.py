@@ -90,6 +90,9 @@ def parse_shapes(items) -> dict:
             raise DeriveError(f"--shape takes NAME=DIMS (like W=a,b or alpha=scalar), got {item!r}")
         dims = dims.strip()
         shape = () if dims in ("", "scalar", "()") else tuple(p.strip() for p in dims.split(","))
+        if "" in shape:
+            raise DeriveError(f"--shape {item}: a dimension is empty (like W=a,b: names or ints "
+                              "between the commas)")
         if shapes.get(name, shape) != shape:
             raise DeriveError(f"--shape {name} is given twice, as {','.join(shapes[name]) or 'scalar'} "
                               f"and as {','.join(shape) or 'scalar'}")
@@ -105,6 +108,9 @@ def parse_lets(items) -> dict:
         name, sep, expr = item.partition("=")
         if not sep or not name.strip() or not expr.strip():
             raise DeriveError(f"--let takes NAME=EXPR (like l=W@x+c), got {item!r}")
+        if name.strip() in out and out[name.strip()].strip() != expr.strip():
+            raise DeriveError(f"{name.strip()} is defined twice, as {out[name.strip()].strip()} and as "
+                              f"{expr.strip()}")
         out[name.strip()] = expr
     return out
 

@@ -249,7 +249,21 @@ def _character_hint(source: str, pos: int, ch: str) -> str:
         return " (‖x‖ is norm2(x), ‖x‖² is norm2(x)**2 or x:x, |x| entrywise is abs(x), log|X| is logdet(X))"
     if ch in _SUPERSCRIPTS:
         return " (write powers with **: x**2 entrywise, inv(X) for X⁻¹, X.T for Xᵀ)"
-    return ""
+    return _SYMBOL_HINTS.get(ch, "")
+
+
+# characters of typeset mathematics, and how matcalc writes them
+_SYMBOL_HINTS = {
+    "⊗": " (the Kronecker product A⊗B is kron(A, B))",
+    "×": " (write * for the entrywise product, @ for the matrix product)",
+    "·": " (write * for the entrywise product, @ for the matrix product, x.T@y or x:y for a dot product)",
+    "⋅": " (write * for the entrywise product, @ for the matrix product, x.T@y or x:y for a dot product)",
+    "⊤": " (the transpose Xᵀ is X.T)", "†": " (the transpose Xᵀ is X.T: matcalc's matrices are real)",
+    "√": " (√x is sqrt(x))", "∑": " (a sum ∑ is sum(x); sum(X, 0) along an axis)",
+    "÷": " (write / for division)", "–": " (write - for a minus sign)", "—": " (write - for a minus sign)",
+    "∞": " (matcalc takes no infinite values)",
+    "（": " (write the ASCII parentheses ( ))", "）": " (write the ASCII parentheses ( ))",
+}
 
 
 _SUPERSCRIPTS = "²³¹⁰ⁱ⁴⁵⁶⁷⁸⁹⁺⁻⁼⁽⁾ⁿ"

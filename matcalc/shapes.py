@@ -39,7 +39,9 @@ _SPELLED = {"solve": "write inv(A)@B: matcalc computes it as a solve", "log_soft
             "inner": "write x.T@y or x:y", "matmul": "write A@B", "ones": "a 1 beside +, - or : is the "
             "all-ones array of the other side's shape (x - 1, 1:X)", "var": "write mean((x - mean(x))**2)",
             "σ": "write sigmoid(z)", "cross_entropy": "write -y:log(softmax(z))", "clip": "matcalc has "
-            "no clip; relu(x) clips at 0"}
+            "no clip; relu(x) clips at 0", "eye": "the identity is I (or eye), without a size: it takes "
+            "its size from what it meets (I + X@X.T, W@I)", "identity": "the identity is I, sized by what it meets",
+            "zeros": "write 0 (beside +, - or : it takes the other side's shape)"}
 
 def _is_name(s: str) -> bool:
     """A name as the grammar reads one (n, d_in, λ; not ³, ① or xᵀ): dimensions and definitions."""
@@ -725,6 +727,9 @@ class _Typer:
         if op is None:
             close = difflib.get_close_matches(name, sorted(FUNCTIONS), n=1)
             hint = f" ({_SPELLED[name]})" if name in _SPELLED else f" (did you mean {close[0]}?)" if close else ""
+            if not hint and (name in self.declared or self.source.count(name) > 1 and re.search(
+                    rf"(?<![\w.]){re.escape(name)}(?!\s*\()", self.source)):  # W(1, 1) of a matrix W
+                hint = f" ({name} is a variable: matcalc has no indexing, it works with whole arrays)"
             raise ParseError(f"unknown function {n.value}{hint}", self.source, n.start,
                              n.start + len(n.value))
         given = len(n.children)

@@ -118,6 +118,8 @@ def _cli(*args):
     ["derive", "A:B"],
     ["derive", "(" * 600 + "x" + ")" * 600 + ":1", "--wrt", "x"],
     ["derive", "x" + "+x" * 3000 + ":1", "--wrt", "x"],
+    ["derive", "sum(W)", "--wrt", "W", "--shape", "W=n,,d"],             # an empty dimension
+    ["derive", "sum(z)", "--wrt", "W", "--let", "z=W@x", "--let", "z=2*W@x"],  # defined twice
 ])
 def test_cli_refusal_exits_2_without_traceback(args):
     r = _cli(*args)
@@ -178,6 +180,17 @@ def test_cli_help_and_version():
     ("sum(x²)", "x", ["x**2"]),  # x² was a name: ∂λ/∂x² = 1
     ("(x**2).sum()", "x", ["(...).sum is NumPy's", "sum(x)"]),
     ("x[0]", "x", ["no indexing"]),
+    # typeset mathematics, and MATLAB's indexing and eye(n)
+    ("sum(kron(A, B) + A⊗B)", "A", ["kron(A, B)"]),
+    ("x×y:1", "x", ["* for the entrywise product", "@ for the matrix product"]),
+    ("x·y", "x", ["x.T@y or x:y"]),
+    ("sum(X⊤)", "X", ["X.T"]),
+    ("sum(√x)", "x", ["sqrt(x)"]),
+    ("∑x", "x", ["sum(x)"]),
+    ("sum(x – y)", "x", ["write - for a minus sign"]),
+    ("sum（x）", "x", ["ASCII parentheses"]),
+    ("eye(3):W", "W", ["the identity is I (or eye), without a size"]),
+    ("sum(W(1, 1)) + sum(W)", "W", ["W is a variable", "no indexing"]),
 ])
 def test_refusals_say_how_matcalc_writes_it(expr, wrt, words):
     with pytest.raises(MatcalcError) as e:

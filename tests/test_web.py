@@ -139,6 +139,8 @@ def test_a_refusal_from_the_cli_has_the_same_message(client):
     ({"expr": "G:(X@W)", "wrt": 3}, "wrt must be"),
     ({"expr": "G:(X@W)", "wrt": "W", "shapes": [1, 2]}, "shapes must be"),
     ({"expr": "G:(X@W)", "wrt": "W", "shapes": {"W": [["a"]]}}, "the shape of W"),
+    ({"expr": "G:(X@W)", "wrt": "W", "shapes": {"W": ["d; X=k,k", "m"]}}, "the shape of W"),  # one dimension each
+    ({"expr": 123, "wrt": "W"}, "expr must be text"),
     ({"expr": "G:(X@W)", "wrt": "W", "shapes": "W"}, "NAME=DIMS"),
     ({"expr": "G:(X@W)", "wrt": "W", "definitions": "l"}, "NAME = EXPR"),
     ({"expr": "G:(X@W)", "wrt": "W", "shapes": {"W": ["a", 1.5]}}, "the shape of W"),

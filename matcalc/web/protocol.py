@@ -73,7 +73,8 @@ def _shapes(value) -> dict:
             if isinstance(dims, str):
                 items.append(f"{name}={dims}")
             elif isinstance(dims, (list, tuple)) and all(
-                    isinstance(x, str) or (isinstance(x, int) and not isinstance(x, bool)) for x in dims):
+                    isinstance(x, str) and not re.search(r"[,;=]", x) or (isinstance(x, int) and not isinstance(x, bool))
+                    for x in dims):  # (each a single dimension: "d; X=k,k" is no name)
                 items.append(f"{name}=" + (",".join(str(x) for x in dims) if dims else "scalar"))
             else:
                 raise RequestError(f"the shape of {name} must be a list of dimension names or ints "
@@ -193,6 +194,8 @@ def derive_params(payload, need_wrt: bool = True, kind: str = "derive") -> dict:
     if unknown:
         raise RequestError(f"unknown key {unknown[0]!r}; the keys are " + ", ".join(keys))
     expr = payload.get("expr")
+    if expr is not None and not isinstance(expr, str):
+        raise RequestError(f"expr must be text (a JSON string), got {type(expr).__name__}: {str(expr)[:40]!r}")
     if not isinstance(expr, str) or not expr.strip():
         raise RequestError("expr is missing: give the scalar expression to differentiate, "
                            'like "expr": "alpha*(exp(W@x+c)-W@x-c+m*m-1):1"')

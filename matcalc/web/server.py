@@ -261,8 +261,11 @@ def run_server(host: str = "127.0.0.1", port: int = 8000, open_browser: bool = F
         sock.bind((host, port))
     except OSError as e:
         sock.close()
-        print(f"matcalc: cannot listen on {host}:{port} ({e.strerror or e}); "
-              "try another --port (0 picks a free one)", file=sys.stderr)
+        import errno
+
+        hint = ("try another --port (0 picks a free one)" if e.errno in (errno.EADDRINUSE, errno.EACCES)
+                else "check --host: an address of this machine, like 127.0.0.1 or 0.0.0.0")
+        print(f"matcalc: cannot listen on {host}:{port} ({e.strerror or e}); {hint}", file=sys.stderr)
         return 2
     port = sock.getsockname()[1]
     loopback = _is_loopback(host)
