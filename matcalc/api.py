@@ -474,17 +474,45 @@ def _scalar_hint(expr, typed, shapes, definitions, syntax, symmetric, wrt=()) ->
             return False
 
     shapes = dict(shapes or {}) if isinstance(shapes, dict) else {}
+    colon = _colon_reading(expr, syntax)
+    if colon is not None and scalar_with_text(colon, shapes, definitions, syntax, symmetric):
+        return f"; : binds tighter than + and -: for the inner product of the sum write {colon}"
+    if "e" not in shapes and re.search(r"(?<![\w.])e\s*(\^|\*\*)", expr):
+        return "; e is a symbol here: for the exponential write exp(...)"
     spelled = [n for n in typed.symbols if n not in shapes and n not in wrt and default_kind(n) == 1]
     for name in spelled[:12]:
         if perf_counter() - start > 0.2:
             return ""
         if scalar_with({**shapes, name: ()}):
-            return (f"; {name} is a vector by the spelling of its name, and declared a number "
-                    f"(shapes={{'{name}': ()}}, --shape {name}=scalar) it makes λ a scalar")
+            return (f"; {name} is a vector by the spelling of its name: declared a number "
+                    f"(shapes={{'{name}': ()}}, --shape {name}=scalar), it makes λ a scalar")
     if syntax == "matcalc" and ("*" in expr or "'" in expr) and scalar_with(shapes, "matlab"):
         return ("; * is the entrywise product here: write @ for the matrix product, or read the "
                 "question in MATLAB syntax (--syntax matlab, syntax='matlab')")
     return ""
+
+
+def _colon_reading(expr: str, syntax: str):
+    """The text with the brackets a sum ending in a : product was probably meant to have
+    (x - y:1 is x - (y:1); (x - y):1 was meant), or None."""
+    if syntax != "matcalc":
+        return None
+    try:
+        root = parse(expr)
+    except MatcalcError:
+        return None
+    if root.kind != "add" or root.children[-1].kind != "frob":
+        return None
+    left, right = root.children[-1].children
+    return f"({expr[root.start:left.end].strip()}):{expr[right.start:right.end].strip()}"
+
+
+def scalar_with_text(text, shapes, definitions, syntax, symmetric) -> bool:
+    try:
+        return typecheck(parse(text, syntax=syntax), text, shapes, definitions, syntax=syntax,
+                         symmetric=symmetric).expr.shape == ir.SCALAR
+    except MatcalcError:
+        return False
 
 
 def differential_free(typed, wrt):
