@@ -182,7 +182,12 @@ def _merge_terms(items, key, build):
 def _like_key(core: Expr) -> Expr:
     """What like terms share: a matrix chain as its factors with the transposes moved in,
     so (AB)ᵀ, BᵀAᵀ and (A)ᵀ… are one term (tr(X⁴)'s gradient collects to 4(X³)ᵀ, not
-    (X³)ᵀ + 3(X²)ᵀXᵀ), Xᵏ is X…X; and Y**-1 is 1/Y."""
+    (X³)ᵀ + 3(X²)ᵀXᵀ), Xᵏ is X…X; an inner product in any spelling (x:y, y:x, xᵀy, sum(x∘y),
+    sum(x**2) for y = x) is one term; and Y**-1 is 1/Y."""
+    if core.shape == SCALAR and core.op in ("frob", "matmul", "sum"):
+        pair = _inner_pair(core)
+        if pair is not None:
+            return Expr("frob", tuple(sorted(pair, key=id)), None, SCALAR)  # (a key only: a:b = b:a)
     if core.op in ("matmul", "T", "matrix_power"):
         fs = _chain_key(core)
         return fs[0] if len(fs) == 1 else Expr("matmul", tuple(fs), None, core.shape)
@@ -191,6 +196,22 @@ def _like_key(core: Expr) -> Expr:
         return Expr("div", (const(1.0), b if k == 1.0 else Expr("pow", (b, const(k)), None, b.shape)), None,
                     core.shape)
     return core
+
+
+def _inner_pair(e: Expr):
+    """(a, b) where the number e is the inner product a:b written as a:b, aᵀb of columns,
+    sum(a∘b) or sum(a**2); else None."""
+    if e.op == "frob":
+        return e.args
+    if e.op == "matmul" and e.args[0].op == "T" and e.args[0].shape[0] == 1 and e.args[1].shape[1] == 1:
+        return e.args[0].args[0], e.args[1]
+    if e.op == "sum" and e.attr is None:
+        a = e.args[0]
+        if a.op == "pow" and a.args[1].op == "const" and a.args[1].attr == 2.0:
+            return a.args[0], a.args[0]
+        if a.op == "mul" and len(a.args) == 2 and a.args[0].shape == a.args[1].shape == a.shape:
+            return a.args
+    return None
 
 
 def _chain_key(e: Expr) -> list:

@@ -157,6 +157,21 @@ def test_transposed_products_collect_as_like_terms(expr, text, k):
     assert np.allclose(d.function(X=X), k * np.linalg.matrix_power(X, k - 1).T)
 
 
+@pytest.mark.parametrize("expr, text, grad", [
+    ("x.T@x*x.T@x", "4*(x.T@x)*x", lambda x, y: 4 * (x @ x) * x),     # was 2*(x.T@x + sum(x**2))*x
+    ("sum(x*x)*(x:x)", "4*sum(x**2)*x", lambda x, y: 4 * (x @ x) * x),
+    ("x.T@y + y.T@x + sum(x*y)", "3*y", lambda x, y: 3 * y),           # x:y in three spellings
+])
+def test_an_inner_product_in_any_spelling_is_one_term(expr, text, grad):
+    d = matcalc.derive(expr, wrt="x")
+    assert d.text == text
+    rng = np.random.default_rng(6)
+    x, y = rng.standard_normal(4), rng.standard_normal(4)
+    np.testing.assert_allclose(d.function(**{k: v for k, v in dict(x=x, y=y).items() if k in d.function.params}),
+                               grad(x, y), rtol=1e-12)
+    assert matcalc.jacobian("x:x", "x").text == "2*(dx:x)"  # dx:x + x:dx
+
+
 def test_a_number_and_an_array_of_ones_in_one_sum_fold():
     # sum(x - mean(x)) has gradient 1 - 1: a number and an array of ones that printed apart
     d = matcalc.derive("sum(x - mean(x))", wrt="x")
