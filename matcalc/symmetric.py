@@ -74,6 +74,13 @@ def symmetrize(G: Expr, names) -> Expr:
         opened = G
     if is_symmetric(opened, names):
         return opened
+    if G.op == "add":  # the symmetric terms as they are: S⁻¹ + (A + Aᵀ)/2, not (Aᵀ + S⁻¹ + (Aᵀ + S⁻¹)ᵀ)/2
+        kept = [t for t in G.args if is_symmetric(t, names)]
+        rest = [t for t in G.args if not is_symmetric(t, names)]
+        if kept and rest:
+            R = simplify(ir.add(*rest))
+            RT = use_symmetry(simplify(ir.T(R)), names)
+            return simplify(ir.add(*kept, ir.mul(ir.const(0.5), ir.add(R, RT))))
     return simplify(ir.mul(ir.const(0.5), ir.add(G, GT)))
 
 

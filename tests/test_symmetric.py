@@ -127,3 +127,11 @@ def test_softmax_over_all_entries_of_a_symmetric_form_is_symmetric():
     z = matcalc.derive("logsumexp(A@A.T - (A@A.T).T)", "A")
     assert z.text == "0"
     np.testing.assert_array_equal(z.function(A=Av), np.zeros((5, 3)))
+
+
+def test_the_symmetric_terms_of_the_gradient_stay_as_they_are():
+    # sym(S⁻¹ + Aᵀ) = S⁻¹ + (A + Aᵀ)/2: it read 0.5*(A.T + inv(S) + (A.T + inv(S)).T)
+    d = matcalc.derive("logdet(S) + tr(A@S)", "S", symmetric=["S"])
+    assert d.text == "inv(S) + 0.5*(A.T + A)"
+    np.testing.assert_allclose(d.function(S=S, A=A), np.linalg.inv(S) + (A + A.T) / 2, rtol=1e-12)
+    assert d.check().ok
