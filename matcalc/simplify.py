@@ -445,6 +445,8 @@ def s_mul(*fs: Expr) -> Expr:
         num = s_mul(*rest) if rest else const(1.0)
         q = _div_node(num, s_mul(*denominators), shape)
         return q if c == 1.0 else Expr("mul", (const(c), q), None, shape)
+    if any(f.op == "eye" for f in rest):  # I∘Xᵀ = I∘X: only the diagonal stays
+        rest = [f.args[0] if f.op == "T" else f for f in rest]
     for f in list(rest):  # relu(z)∘step(z) = relu(z) (step is relu's derivative: relu(z)² differentiated)
         if f.op == "step" and any(g.op == "relu" and g.args[0] == f.args[0] and g.shape == f.shape for g in rest):
             rest.remove(f)
@@ -616,6 +618,8 @@ def s_T(a: Expr) -> Expr:
     if a.op == "const":
         return const(a.attr, (c, r))
     if a.op not in ("sym", "add") and symmetric_form(a):  # (XᵀX)⁻ᵀ = (XᵀX)⁻¹ (a sum: below, in order)
+        return a
+    if a.op == "mul" and any(f.op == "eye" for f in a.args):  # (I∘X)ᵀ = I∘X, a diagonal matrix
         return a
     if a.op == "mul":
         sc, arr = _split_scalars(a)
@@ -865,6 +869,10 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
             return a
     if name == "diag" and a.op == "Diag":
         return a.args[0]
+    if name == "diag" and a.op == "eye":  # diag(I) = 1
+        return const(1.0, (a.shape[0], 1))
+    if name == "diag" and a.op == "T":  # diag(Xᵀ) = diag(X)
+        return s_func("diag", a.args[0])
     if name == "diag" and a.op == "add":  # linear, where the terms' diagonals then simplify
         split = s_add(*[s_func("diag", t) for t in a.args])
         if ir.tree_size(split) <= ir.tree_size(a):

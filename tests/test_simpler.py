@@ -172,6 +172,17 @@ def test_an_inner_product_in_any_spelling_is_one_term(expr, text, grad):
     assert matcalc.jacobian("x:x", "x").text == "2*(dx:x)"  # dx:x + x:dx
 
 
+def test_diagonals_of_the_identity_and_of_transposes():
+    # tr(Diag(x)) read diag(I); tr(W.T*W) read I*W.T + (I*W).T: only diagonals remain
+    assert matcalc.derive("tr(Diag(x))", "x").text == "1"
+    d = matcalc.derive("tr(W.T@W*I)", "W")  # (@ then *: I∘(WᵀW))
+    W = np.random.default_rng(7).standard_normal((4, 4))
+    np.testing.assert_allclose(d.function(W=W), 2 * W, rtol=1e-12)
+    d = matcalc.derive("tr(X*X.T)**2", "X")
+    assert d.text == "4*tr(X*X.T)*I*X"  # was 2*tr(X*X.T)*((I*X).T + I*X.T)
+    np.testing.assert_allclose(d.function(X=W), 4 * np.trace(W * W.T) * np.diag(np.diag(W)), rtol=1e-12)
+
+
 def test_a_number_and_an_array_of_ones_in_one_sum_fold():
     # sum(x - mean(x)) has gradient 1 - 1: a number and an array of ones that printed apart
     d = matcalc.derive("sum(x - mean(x))", wrt="x")
