@@ -684,6 +684,9 @@ class Jacobian(_LinearMap):
     @property
     def shape_reason(self) -> str:
         r, c = self.matrix_shape
+        if not self.out_shape:  # F a number: one row, the gradient's transpose
+            return (f"J is 1×{c}: F is a scalar, one row; one column per entry of {self.wrt} {self.shape_text}, "
+                    "in column-major vec order")
         return (f"J is {r}×{c}: one row per entry of F {_shape_str(self.out_shape)}, one column per "
                 f"entry of {self.wrt} {self.shape_text}, both in column-major vec order")
 

@@ -387,6 +387,7 @@ def test_jacobian_of_a_scalar_is_the_gradient_transposed_with_a_note():
     M = j.matrix(A=A, x=x)
     assert M.shape == (1, 4)
     assert rel_err(M[0], (A + A.T) @ x) < 1e-12
+    assert j.shape_reason.startswith("J is 1×a: F is a scalar, one row;")  # was "one row per entry of F scalar"
     r = _cli("jacobian", "x.T@A@x", "--wrt", "x")
     assert r.returncode == 0 and "transpose" in r.stderr
     assert r.stderr.count("note:") == 1, r.stderr  # "matcalc: note: the expression …", once
