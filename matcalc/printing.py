@@ -269,6 +269,8 @@ class RawTex(str):
 
 
 def tex_name(name: str) -> str:
+    if len(name) > 1 and all(ch in _UNICODE_GREEK for ch in name):  # αβ: \alpha\beta, not \mathrm{alphabeta}
+        return "".join(GREEK_TEX[_UNICODE_GREEK[ch]] for ch in name)
     name = "".join(_UNICODE_GREEK.get(ch, ch) for ch in name)
     m = re.match(r"^([A-Za-z]+?)_?(\d+|_[A-Za-z0-9_]+)?$", name)
     if not m:
@@ -277,12 +279,13 @@ def tex_name(name: str) -> str:
         base, sub = m.group(1), m.group(2)
     if base in GREEK_TEX:
         base_tex = GREEK_TEX[base]
-    elif len(base) == 1:
+    elif len(base) == 1 and base.isascii():
         base_tex = base
     elif re.fullmatch(r"[A-Za-z]+", base):
         base_tex = "\\mathrm{" + base + "}"
-    else:
-        base_tex = "\\mathrm{" + re.sub(r"([_{}$#%&^\\])", lambda mm: "\\" + mm.group(1) if mm.group(1) != "\\" else "", base) + "}"
+    else:  # (letters beyond ASCII, é, as text: math mode has no glyphs for them)
+        escaped = re.sub(r"([_{}$#%&^\\])", lambda mm: "\\" + mm.group(1) if mm.group(1) != "\\" else "", base)
+        base_tex = ("\\mathrm{" if base.isascii() else "\\text{") + escaped + "}"
     if sub and not sub.strip("_"):  # x__: underscores only
         return base_tex + "\\_" * (len(name) - len(m.group(1)))
     if sub:

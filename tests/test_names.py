@@ -96,3 +96,11 @@ def test_the_sigmoid_is_written_out_in_latex_beside_a_symbol_sigma():
     assert "\\sigma\\left(" not in h.latex + h.kron_latex + h.steps_latex
     plain = matcalc.derive("sum(alpha*sigmoid(W@x))", "W")  # no symbol σ: the usual σ(Wx)
     assert "\\sigma\\left(W x\\right)" in plain.latex and "sigmoid" not in plain.latex
+
+
+def test_latex_of_greek_strings_and_letters_beyond_ascii():
+    from matcalc.printing import tex_name
+
+    assert tex_name("αβ") == "\\alpha\\beta"  # was \mathrm{alphabeta}
+    assert tex_name("xé") == "\\text{xé}" and tex_name("é") == "\\text{é}"  # é has no glyph in math mode
+    assert tex_name("W1") == "W_{1}" and tex_name("ab") == "\\mathrm{ab}"
