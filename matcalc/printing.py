@@ -116,7 +116,7 @@ class TextPrinter:
         for i, t in enumerate(e.args):
             negative, pos = _neg_split(t)
             s = self.wrap(pos, ADD, strict=True)
-            if i == 0 and negative and _ones_first(pos) and not s.startswith("("):
+            if i == 0 and negative and pos.op != "const" and _ones_first(pos) and not s.startswith("("):
                 s = f"({s})"
             if negative and s.startswith("-"):
                 s = f"({s})"  # a - (-b), never a - -b

@@ -961,15 +961,18 @@ def typecheck(ast: Node, source: str, declared: dict | None = None,
     t.source = source
     t.type(ast)
     unused = [k for k in (declared or {}) if k not in t.sym_shape and k not in (definitions or {})]
-    if unused:  # a typo (w for W) would otherwise leave a shape silently undeclared
+    undeclared = [k for k in t.sym_shape if k not in (declared or {})]
+    if unused and undeclared:  # a typo (w for W) would otherwise leave a shape silently undeclared
+        # (with every symbol declared, nothing was meant: one dict of shapes for many questions)
         from .errors import NotationWarning
 
         for name in unused:
-            close = ([s for s in t.sym_shape if s.lower() == name.lower()]
-                     or difflib.get_close_matches(name, sorted(t.sym_shape), n=1))
+            close = ([s for s in undeclared if s.lower() == name.lower()]
+                     or difflib.get_close_matches(name, sorted(undeclared), n=1))
             t.notes.append(NotationWarning(
                 f"a shape is declared for {name}, which the expression does not use"
-                + (f" (did you mean {close[0]}?)" if close else f"; its symbols are {', '.join(t.sym_shape)}")))
+                + (f" (did you mean {close[0]}?)" if close else f"; its symbols without a declared shape are "
+                                                                f"{', '.join(undeclared)}")))
     for name in symmetric or ():  # a symmetric matrix is square
         if name not in t.sym_shape:
             raise DeriveError(f"symmetric names {name!r}, which is not a symbol of the expression; its "

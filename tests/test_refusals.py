@@ -223,6 +223,12 @@ def test_a_shape_declared_for_a_name_not_in_the_expression_is_noted():
         matcalc.derive("W@x:y", wrt="W", shapes={"w": ("m", "n")})
     r = _cli("derive", "W@x:y", "--wrt", "W", "--shape", "Z=3,4")
     assert r.returncode == 0 and "declared for Z" in r.stderr
+    # one dict of shapes for several questions: with every symbol declared, nothing was meant
+    import warnings
+    shapes = {"W": ("m", "d"), "x": ("d",), "y": ("m",), "X": ("d", "n"), "G": ("m", "n")}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        matcalc.derive("W@x:y", wrt="W", shapes=shapes)
 
 
 def test_no_matrix_product_note_for_an_entrywise_function_times_a_matrix():
