@@ -113,6 +113,8 @@ def _s_add(terms) -> Expr:
     shorter = _open_brackets(flat, shape)
     if shorter is None:
         shorter = _complementary_sigmoids(flat, shape)
+    if shorter is None:
+        shorter = _common_denominator(flat, shape)
     if shorter is not None:
         return shorter
     if len(flat) > 1 and any(t.shape == shape for t in flat) and all(
@@ -280,6 +282,52 @@ def _complementary_sigmoids(flat, shape):
         for pick in itertools.product(*choices):
             terms.append(s_mul(*pick))
     return _if_shorter(terms, flat, shape)
+
+
+def _common_denominator(flat, shape):
+    """Terms over powers of one base B brought over the highest, when the numerator then
+    shortens: 1/s − u²/s³ = (s² − u²)/s³ = 1/s³ for s = sqrt(u² + 1), since s² = u² + 1 (the
+    Hessian of sqrt(1 + u²)).  A whole power of B that multiplies a numerator is written out
+    when B is a sum; None when the terms have no such denominators, or no terms of the
+    numerator cancel (then the quotients read better apart), or nothing gets shorter."""
+    parts, others = [], []  # (coefficient, numerator, exponent of B in the denominator); the rest
+    base = None
+    for t in flat:
+        c, core = split_coeff(t)
+        if core is None or core.op != "div":
+            others.append(t)
+            continue
+        b, k = _base_exponent(core.args[1])
+        if base is None:
+            base = b
+        if b is not base or k <= 0:
+            others.append(t)
+            continue
+        parts.append((c, core.args[0], k))
+    if base is None or len({k for _, _, k in parts}) < 2 or len(parts) > 8:
+        return None
+    top = max(k for _, _, k in parts)
+    if base.op != "add" or len(base.args) > 4 or not any(top - k == 1 for _, _, k in parts):
+        return None  # (only a sum written out can cancel against the other terms)
+    terms = []
+    for c, num, k in parts:
+        m = top - k
+        if m == 0:
+            terms.append(scale(c, num))
+        elif m == 1:  # num∘B, B a sum: written out
+            terms.extend(scale(c, s_mul(num, u)) for u in base.args)
+        else:
+            terms.append(scale(c, s_mul(num, _power(base, m))))
+    numerator = _s_add(terms)
+    kept = len(numerator.args) if numerator.op == "add" else 1
+    if kept >= len(terms) or kept > len(parts):  # no terms cancelled: the denominators stay apart
+        return None
+    out = s_div(numerator, _power(base, top))
+    if others:
+        out = _s_add(others + [out])
+    if out.shape != shape or ir.tree_size(out) >= ir.tree_size(Expr("add", tuple(flat), None, shape)):
+        return None
+    return out
 
 
 def _if_shorter(terms, flat, shape):

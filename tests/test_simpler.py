@@ -183,6 +183,23 @@ def test_diagonals_of_the_identity_and_of_transposes():
     np.testing.assert_allclose(d.function(X=W), 4 * np.trace(W * W.T) * np.diag(np.diag(W)), rtol=1e-12)
 
 
+def test_quotients_over_powers_of_one_sum_share_the_highest():
+    # 1/s − u²/s³ = 1/s³ for s = sqrt(u² + 1), since s² = u² + 1: the Hessian of a
+    # pseudo-Huber-like loss as the textbook writes it; d/dx x/(1 + x²) = (1 − x²)/(1 + x²)²
+    h = matcalc.hessian("sum(sqrt(1 + (A@x - b)**2))", "x")
+    assert h.kron == "A.T@Diag(1/sqrt((A@x - b)**2 + 1)**3)@A"
+    rng = np.random.default_rng(9)
+    A, x, b = rng.standard_normal((5, 3)), rng.standard_normal(3), rng.standard_normal(5)
+    u = A @ x - b
+    np.testing.assert_allclose(h.matrix(A=A, x=x, b=b), A.T @ np.diag((1 + u ** 2) ** -1.5) @ A, rtol=1e-12)
+    d = matcalc.derive("sum(x/(1 + x**2))", "x")
+    assert d.text == "(1 - x**2)/(x**2 + 1)**2"
+    np.testing.assert_allclose(d.function(x=x), (1 - x ** 2) / (1 + x ** 2) ** 2, rtol=1e-12)
+    # a term without the sum in its denominator stays apart
+    d = matcalc.derive("sum(x/(1 + x**2)) + sum(exp(x))", "x")
+    assert d.text == "exp(x) + (1 - x**2)/(x**2 + 1)**2"
+
+
 def test_a_number_and_an_array_of_ones_in_one_sum_fold():
     # sum(x - mean(x)) has gradient 1 - 1: a number and an array of ones that printed apart
     d = matcalc.derive("sum(x - mean(x))", wrt="x")
