@@ -499,9 +499,9 @@ def s_mul(*fs: Expr) -> Expr:
         if f.op == "step" and any(g.op == "relu" and g.args[0] == f.args[0] and g.shape == f.shape for g in rest):
             rest.remove(f)
     rest = _collect_powers(rest)
-    if c < 0 and len(rest) == 1 and rest[0].shape == shape:  # -(-a - b) = a + b, inside (…):B too
-        flipped = _without_minus(rest[0])
-        if flipped is not None:
+    if len(rest) == 1 and rest[0].shape == shape:  # -(-a - b) = a + b, inside (…):B too; and
+        flipped = _without_minus(rest[0])              # c(-a - b) = -c(a + b)
+        if flipped is not None and (c < 0 or rest[0].op == "add"):
             return scale(-c, flipped)
     if not math.isfinite(c):  # an overflow: keep the factors as they are
         return Expr("mul", tuple(flat), None, shape)

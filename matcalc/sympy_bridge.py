@@ -679,6 +679,7 @@ def exact_check(d, seed: int = 0, sizes: dict | None = None, domain: dict | None
     domains = infer_domains(d.lam, d.symbols)
     domains.update(domain or {})
     values, entries = {}, {}
+    symmetric = set(getattr(d, "symmetric", ()) or ())  # symmetric=: S drawn symmetric, sym(G) checked
 
     def concrete(shape):  # (a product dimension a*b: the product of its factors' sizes)
         return tuple(math.prod(chosen.get(f, f) for f in ir.dim_factors(x)) if isinstance(x, str) and "*" in x
@@ -690,6 +691,10 @@ def exact_check(d, seed: int = 0, sizes: dict | None = None, domain: dict | None
         if not conc:
             v = sp.Symbol(safe, real=True)
             entries[name] = [v]
+        elif name in symmetric:  # one symbol per pair (i, j) and (j, i)
+            r = conc[0]
+            v = sp.Matrix(r, r, lambda i, j: sp.Symbol(f"{safe}_{min(i, j)}{max(i, j)}", real=True))
+            entries[name] = [v[i, j] for i in range(r) for j in range(i, r)]
         else:
             r, c = conc if len(conc) == 2 else (conc[0], 1)
             v = sp.Matrix(r, c, lambda i, j: sp.Symbol(f"{safe}_{i}{j}" if c > 1 else f"{safe}_{i}",
@@ -718,7 +723,10 @@ def exact_check(d, seed: int = 0, sizes: dict | None = None, domain: dict | None
         subs = {}
         for name, shape in d.user_shapes.items():
             val = _rational_draw(concrete(shape), domains.get(name, "normal"), rng)
-            for s, q in zip(entries[name], list(val) if _is_matrix(val) else [val]):
+            if name in symmetric:  # (S + Sᵀ)/2, its upper triangle in the order of the symbols
+                val = (val + val.T) / 2
+                val = [val[i, j] for i in range(val.shape[0]) for j in range(i, val.shape[0])]
+            for s, q in zip(entries[name], list(val) if _is_matrix(val) or isinstance(val, list) else [val]):
                 subs[s] = q
         points.append(subs)
     how: dict = {}
@@ -726,6 +734,8 @@ def exact_check(d, seed: int = 0, sizes: dict | None = None, domain: dict | None
     for i in range(Wm.shape[0]):
         for j in range(Wm.shape[1]):
             want = _almost_everywhere(sp.diff(lam, Wm[i, j]), Wm[i, j])
+            if d.wrt in symmetric and i != j:  # the symbol stands at (i, j) and (j, i): sym(G) is half
+                want = want / 2
             got = Gm[i, j]
             try:
                 ok, method = _zero(want, got, points)

@@ -1,6 +1,8 @@
 """symmetric=["S"] / --sym S: the gradient along symmetric dS is sym(G) = (G + Gᵀ)/2, checked
 against finite differences along symmetric directions; results use Sᵀ = S."""
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -135,3 +137,18 @@ def test_the_symmetric_terms_of_the_gradient_stay_as_they_are():
     assert d.text == "inv(S) + 0.5*(A.T + A)"
     np.testing.assert_allclose(d.function(S=S, A=A), np.linalg.inv(S) + (A + A.T) / 2, rtol=1e-12)
     assert d.check().ok
+
+
+def test_the_exact_check_draws_symmetric_matrices_and_checks_sym_g():
+    # --exact compared sym(G) with the plain partial derivative at a non-symmetric S: a
+    # correct gradient FAILED (exit 1)
+    for expr, wrt in (("x.T@S@x", "x"), ("logdet(S)", "S"), ("tr(S@A)", "S"), ("logdet(S) - tr(S@A)", "S")):
+        d = matcalc.derive(expr, wrt=wrt, symmetric=["S"])
+        assert d.check(exact=True).ok, expr
+    # and it still fails a gradient that is not the symmetric one
+    plain = matcalc.derive("tr(S@A)", wrt="S", shapes={"S": ("n", "n")})  # Aᵀ
+    plain.symmetric = ("S",)
+    assert not plain.check(exact=True).ok
+    r = subprocess.run([sys.executable, "-m", "matcalc", "derive", "x.T@S@x", "--wrt", "x", "--sym", "S", "--exact"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
