@@ -1070,8 +1070,12 @@ def _stable_log(a: Expr):
     x = _one_minus(a)
     if x is not None and x.op == "sigmoid":  # log(1 - σ(z)) = -softplus(z)
         return ir.neg(ir.func("softplus", x.args[0]))
-    if a.op == "sum" and a.attr is None and a.args[0].op == "exp":  # log sum exp(z) = logsumexp(z)
-        return ir.func("logsumexp", a.args[0].args[0])
+    if a.op == "sum" and a.args[0].op == "exp":  # log sum exp(z) = logsumexp(z), along an axis too
+        return ir.func("logsumexp", a.args[0].args[0], attr=a.attr)
+    if a.op == "matmul" and a.args[0].op == "exp" and a.args[1].op == "const" and a.args[1].attr == 1.0 \
+            and a.args[1].shape[1] == 1:
+        out = ir.func("logsumexp", a.args[0].args[0], attr=1)  # log(exp(X)@1): the rows' logsumexp
+        return out if out.shape == a.shape else None
     if a.op == "frob" and a.args[1].op == "const" and a.args[1].attr == 1.0 and a.args[0].op == "exp":
         return ir.func("logsumexp", a.args[0].args[0])
     if a.op == "det":  # log det X = logdet X

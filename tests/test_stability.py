@@ -392,3 +392,14 @@ def test_a_softmax_written_with_a_row_of_ones_is_the_stable_softmax():
     e = np.exp(Z - Z.max(1, keepdims=True))
     np.testing.assert_allclose(d.function(Y=Y, Z=Z), Y - Y.sum(1, keepdims=True) * e / e.sum(1, keepdims=True),
                                rtol=1e-10)
+
+
+@pytest.mark.parametrize("expr, axis", [("sum(log(sum(exp(X), 1)))", 1), ("sum(log(sum(exp(X), 0)))", 0),
+                                        ("sum(log(exp(X)@1))", 1)])
+def test_log_of_a_sum_of_exp_along_an_axis_is_logsumexp(expr, axis):
+    # its gradient was exp(X)/sum(exp(X), axis): inf/inf = nan at X = 710; it is softmax(X, axis)
+    d = matcalc.derive(expr, wrt="X", shapes={"X": ("n", "m")})
+    assert d.text == f"softmax(X, {axis})"
+    X = np.array([[710.0, 1, 2, 3], [0, 1, 2, 3], [0, 1, 2, 3]])
+    e = np.exp(X - X.max(axis=axis, keepdims=True))
+    np.testing.assert_allclose(d.function(X=X), e / e.sum(axis=axis, keepdims=True), rtol=1e-12, atol=1e-300)
