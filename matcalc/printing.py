@@ -161,8 +161,8 @@ class TextPrinter:
                     out.append(self.wrap(f, PROD, strict=True))
             s = "*".join(out)
             if negative:
-                if len(fs) == 1 and _ones_first(fs[0]):
-                    s = f"({s})"  # -(1.T@A): a bare -1.T would scale before @ gives it a size
+                if len(fs) == 1 and _ones_first(fs[0], True, self.names):
+                    s = f"({s})"  # -(1.T@A), -(1@r/n): a bare -1 would be a number before @ sizes it
                 return _minus(s), (NEG if len(fs) == 1 else PROD)
             return s, PROD
         if op == "matmul":

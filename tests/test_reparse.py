@@ -156,3 +156,14 @@ def test_a_negated_scaled_one_beside_a_colon_is_the_all_ones_array(text, scale):
     d = matcalc.derive(text, wrt="X", shapes={"X": ("a", "b"), "alpha": ()})
     args = {"X": X, "alpha": 0.5} if "alpha" in d.function.params else {"X": X}
     assert np.isclose(d.value_function(**args), scale * X.sum())
+
+
+def test_a_negated_quotient_led_by_ones_reads_back():
+    # diag(-1@s/n) read back as the number -1 times s: a row, which diag refused
+    import numpy as np
+
+    d = matcalc.derive("sum(exp(-mean(Diag(c), 0)))", wrt="c", shapes={"c": ("m",)})
+    assert "-(1@" in d.text
+    back = matcalc.jacobian(d.text + " + 0*c", "c", shapes={"c": ("m",)})
+    c = np.random.default_rng(12).standard_normal(4)
+    np.testing.assert_allclose(back.value_function(c=c), d.function(c=c), rtol=1e-12)
