@@ -528,7 +528,7 @@ def _derive_one(expr, typed, wrt, syntax="matcalc", symmetric=(), form=None) -> 
     subst = None
     if wrt in (typed.definitions or {}) and wrt not in typed.symbols:
         typed, subst = _intermediate(typed, wrt)
-    if wrt in typed.symbols and not any(s.attr == wrt for s in ir.symbols(typed.expr)):
+    if (wrt in typed.symbols or wrt in typed.unused) and not any(s.attr == wrt for s in ir.symbols(typed.expr)):
         users = [k for k, v in (typed.definitions or {}).items() if any(s.attr == wrt for s in ir.symbols(v))]
         where = (f"occurs only in the definition of {', '.join(users)}, which the expression does not use"
                  if users else "occurs only where its values do not matter (its size)")

@@ -157,6 +157,7 @@ class Typed:
     # name -> (expr, definitions, y): the IR again with the definition of name as a symbol y of
     # its shape where the text writes name (a literal copy of its value stays the value)
     with_symbol: Callable = field(default=None, repr=False, compare=False)
+    unused: list = field(default_factory=list)  # symbols only in definitions the expression does not use
 
 
 # names that usually stand for a number (a step size, a tolerance), vectors by their spelling:
@@ -759,7 +760,8 @@ class _Typer:
         return sign * int(inner.value)
 
     # ---- naming and IR
-    def finish(self):
+    def finish(self, order=None):
+        """(user shapes, sym nodes) of the symbols, their dimensions named in ``order``."""
         final: dict = {}
         names = (n for n in _letters() if n not in self.user_dim_names)
 
@@ -778,7 +780,8 @@ class _Typer:
 
         self.resolve = resolve
         user_shapes, syms = {}, {}
-        for name, shape in self.sym_shape.items():
+        for name in order or self.sym_shape:
+            shape = self.sym_shape[name]
             r, c = resolve(shape[0]), resolve(shape[1])
             kind = self.sym_kind[name]
             user_shapes[name] = {0: (), 1: (r,), 2: (r, c)}[kind]
@@ -980,7 +983,17 @@ def typecheck(ast: Node, source: str, declared: dict | None = None,
         shape = t.sym_shape[name]
         if t.sym_kind[name] != 2 or not t.unify(shape[0], shape[1]):
             raise ShapeError(f"{name} is declared symmetric, but it is {t.describe(shape)}, not a square matrix")
-    user_shapes, syms = t.finish()
+    # the symbols the question uses: those of the expression and of the definitions it uses
+    # (one only in a definition nothing uses takes no argument: its name is kept apart)
+    in_use, todo = set(), [ast]
+    while todo:
+        for n in _walk(todo.pop()):
+            if n.kind == "name" and n.value not in in_use:
+                in_use.add(n.value)
+                if n.value in t.def_ast:
+                    todo.append(t.def_ast[n.value])
+    unused = [k for k in t.sym_shape if k not in in_use]
+    user_shapes, syms = t.finish([k for k in t.sym_shape if k in in_use] + unused)
     for name, d_ast, text in parsed:
         t.source = text
         t.def_ir[name] = t.build(d_ast)
@@ -1000,4 +1013,6 @@ def typecheck(ast: Node, source: str, declared: dict | None = None,
         finally:
             t.opaque, t.def_ir, t.source = {}, dict(built), source
 
-    return Typed(expr, syms, user_shapes, source, built, list(t.notes), with_symbol)
+    for k in unused:
+        del syms[k], user_shapes[k]
+    return Typed(expr, syms, user_shapes, source, built, list(t.notes), with_symbol, unused)

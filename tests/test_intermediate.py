@@ -113,3 +113,15 @@ def test_definitions_in_any_order(order):
 def test_circular_definitions_are_refused(defs, words):
     with pytest.raises(matcalc.ShapeError, match=words):
         matcalc.derive("sum(p)", "W", definitions=defs)
+
+
+def test_symbols_only_in_an_unused_definition_take_no_argument():
+    # the function asked for Y and beta, which only a definition the expression never uses has
+    d = matcalc.derive("logdet(X.T@X + 3*I)", "X", definitions={"q0": "sum(Y)*beta"})
+    assert set(d.function.params) == {"X"} and d.user_shapes == {"X": ("a", "b")}
+    X = rng.standard_normal((5, 4))
+    np.testing.assert_allclose(d.function(X=X), 2 * X @ np.linalg.inv(X.T @ X + 3 * np.eye(4)), rtol=1e-12)
+    h = matcalc.hessian("logdet(X.T@X + 3*I)", "X", definitions={"q0": "sum(Y)*beta"})
+    assert h.matrix(X=X).shape == (20, 20)
+    with pytest.raises(DeriveError, match="occurs only in the definition of q0"):
+        matcalc.derive("logdet(X.T@X + 3*I)", "Y", definitions={"q0": "sum(Y)*beta"})
