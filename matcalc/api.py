@@ -414,13 +414,7 @@ def derive(expr: str, wrt, shapes: dict | None = None, definitions: dict | None 
 
         expr, wrt, shapes = from_sympy(expr, wrt, shapes)
 
-    if symmetric is None:
-        symmetric = ()
-    elif isinstance(symmetric, str):
-        symmetric = (symmetric,)
-    if not all(isinstance(n, str) for n in symmetric):
-        raise DeriveError(f"symmetric must be a list of symbol names, got {symmetric!r}")
-    symmetric = tuple(symmetric)
+    symmetric = symmetric_names(symmetric)
     if form not in (None, "diag"):
         raise DeriveError(f"form must be None or 'diag', not {form!r}")
     options = {"syntax": syntax, "symmetric": symmetric, "form": form}
@@ -430,6 +424,17 @@ def derive(expr: str, wrt, shapes: dict | None = None, definitions: dict | None 
         typed = _typed(expr, shapes, definitions, syntax, symmetric, wrt)
         return {w: _derive_one(expr, typed, w, **options) for w in wrt}
     return _derive_one(expr, _typed(expr, shapes, definitions, syntax, symmetric, (wrt,)), wrt, **options)
+
+
+def symmetric_names(symmetric) -> tuple:
+    """``symmetric=`` as a tuple of names (None: none; one name: itself)."""
+    if symmetric is None:
+        return ()
+    if isinstance(symmetric, str):
+        symmetric = (symmetric,)
+    if not isinstance(symmetric, (list, tuple, set, frozenset)) or not all(isinstance(n, str) for n in symmetric):
+        raise DeriveError(f"symmetric must be a list of symbol names, got {symmetric!r}")
+    return tuple(symmetric)
 
 
 def _typed_any(expr, shapes, definitions=None, syntax="matcalc", symmetric=()):

@@ -130,6 +130,7 @@ class _LinearMap:
     kind = ""          # "jacobian" or "hessian"
     product = ""       # "jvp" or "hvp"
     _fixed_forms = False  # its NumPy functions pick no form by timing (the check's copy)
+    symmetric = ()        # the symmetric matrices of hessian(..., symmetric=)
 
     def with_fixed_forms(self):
         """A copy whose NumPy functions never pick a form by timing (codegen.compile_function),
@@ -548,6 +549,8 @@ class _LinearMap:
                           "after": to_text(s.after, self._step_names, self._dims), "identity": s.identity}
                          for s in self.steps],
                "definitions": self.definitions}
+        if getattr(self, "symmetric", ()):
+            out["symmetric"] = list(self.symmetric)
         if check is not None:
             out["check"] = check.to_dict()
         return out
@@ -885,6 +888,8 @@ def _check_at(m: _LinearMap, seed, tol, draws, domain, sizes):
         if used >= draws:
             break
         inputs = random_inputs(m.user_shapes, domains, sizes, rng)
+        for name in getattr(m, "symmetric", ()):  # a symmetric S: drawn symmetric
+            inputs[name] = (inputs[name] + inputs[name].T) / 2
         with np.errstate(all="ignore"):
             try:
                 base = np.asarray(f(**inputs), dtype=float)
@@ -924,13 +929,19 @@ def _compare(m, f, inputs, wrt, rng, h=1e-6, max_cols=24):
     n = flat.size
     cols = np.arange(n) if n <= max_cols else rng.choice(n, max_cols, replace=False)
     errs, count, note = [], 0, ""
+    if wrt in getattr(m, "symmetric", ()):  # along symmetric directions sym(E), which the map takes
+        def direction(v):                    # as it takes E (it is written through sym(dS))
+            M = v.reshape(shape, order="F")
+            return ((M + M.T) / 2).reshape(-1, order="F")
+    else:
+        def direction(v):
+            return v
     scale = max(float(np.max(np.abs(J))) if J.size else 0.0, 1e-300)
     fd_cols, an_cols = [], []
     for j in cols:
         step = h * max(1.0, abs(flat[j]))
-        up, dn = flat.copy(), flat.copy()
-        up[j] += step
-        dn[j] -= step
+        e = direction(np.eye(n)[j])
+        up, dn = flat + step * e, flat - step * e
         a = dict(inputs, **{wrt: up.reshape(shape, order="F") if shape else float(up[0])})
         b = dict(inputs, **{wrt: dn.reshape(shape, order="F") if shape else float(dn[0])})
         col = (np.reshape(np.asarray(f(**a), float), -1, order="F")
@@ -956,7 +967,7 @@ def _compare(m, f, inputs, wrt, rng, h=1e-6, max_cols=24):
                 / max(denom * max(1.0, np.abs(V).sum()), 1e-300))
     # and the product itself against central differences of f along V
     if n > 1:
-        Vn = V / np.linalg.norm(V)
+        Vn = direction(V) / np.linalg.norm(V)
         step = h * max(1.0, float(np.max(np.abs(flat))))
         a = dict(inputs, **{wrt: (flat + step * Vn).reshape(shape, order="F")})
         b = dict(inputs, **{wrt: (flat - step * Vn).reshape(shape, order="F")})
@@ -1024,16 +1035,23 @@ def _jacobian_one(expr, typed, wrt) -> Jacobian:
 
 
 def hessian(expr: str, wrt, shapes: dict | None = None, definitions: dict | None = None,
-            where: dict | None = None, *, syntax: str = "matcalc"):
+            where: dict | None = None, *, syntax: str = "matcalc", symmetric=None):
     """d²λ = dW : H[dW] for the scalar ``expr``.  ``wrt`` a name: a Hessian; a list: a dict
     keyed by ordered pairs (Wi, Wj) whose block maps dWj to Wi's shape.  ``syntax="matlab"``
-    reads the question in matrixcalculus.org's language; results print in matcalc's."""
-    from .api import _derive_one, _scalar_hint
+    reads the question in matrixcalculus.org's language; results print in matcalc's.
+    ``symmetric`` names symmetric matrices, as for ``derive``: the gradient is sym(G), and a
+    block in a symmetric S is the Hessian along symmetric dS, H[dS] = d sym(G)[sym(dS)]
+    (written for any dS through sym(dS) = (dS + dSᵀ)/2, so the dense matrix is P H P with
+    P vec(dS) = vec(sym(dS)))."""
+    from .api import _derive_one, _scalar_hint, _use_symmetry, symmetric_names
 
     if definitions is not None and where is not None:
         raise DeriveError("give definitions= or where=, not both")
     definitions = definitions if definitions is not None else where
-    typed = _typed_any(expr, shapes, definitions, syntax)
+    symmetric = symmetric_names(symmetric)
+    typed = _typed_any(expr, shapes, definitions, syntax, symmetric)
+    if symmetric:
+        typed = _use_symmetry(typed, symmetric)
     if typed.expr.shape != ir.SCALAR:
         scalar = "sum(...) or G:(...)" if syntax == "matcalc" else "sum(...), x'*y or trace(...)"
         asked = tuple(wrt) if isinstance(wrt, (list, tuple)) else (wrt,)
@@ -1047,21 +1065,33 @@ def hessian(expr: str, wrt, shapes: dict | None = None, definitions: dict | None
         raise DeriveError("wrt is empty: name at least one symbol")
     for w in names:
         _check_wrt(typed, w)
-    derivs = {w: _derive_one(expr, typed, w) for w in names}
+    derivs = {w: _derive_one(expr, typed, w, symmetric=symmetric) for w in names}
     if not isinstance(wrt, (list, tuple)):
-        return _hessian_block(derivs[wrt], wrt, typed)
-    return {(wi, wj): _hessian_block(derivs[wi], wj, typed) for wi in names for wj in names}
+        return _hessian_block(derivs[wrt], wrt, typed, symmetric)
+    return {(wi, wj): _hessian_block(derivs[wi], wj, typed, symmetric) for wi in names for wj in names}
 
 
-def _hessian_block(d, wj, typed) -> Hessian:
+def _hessian_block(d, wj, typed, symmetric=()) -> Hessian:
     try:
         raw, rules, _ = differential(d.gradient, wj)
     except KeyError as e:  # an operator without a differential rule in the gradient
         raise DeriveError(f"cannot differentiate the gradient {d.text} again: no rule for {e}") from None
+    if raw is not None and wj in symmetric:  # along symmetric dS only: dS through sym(dS)
+        dS = ir.delta(wj, typed.symbols[wj].shape)
+        half = ir.mul(ir.const(0.5), ir.add(dS, ir.T(dS)))
+        raw = substitute(raw, dS, half)
+        rules = list(rules) + [f"d{wj} symmetric: H[d{wj}] = H[sym(d{wj})], sym(d{wj}) = (d{wj} + d{wj}ᵀ)/2"]
     linear = None if raw is None else simplify(raw)
+    if linear is not None and symmetric:
+        from .simplify import simplify_afresh
+        from .symmetric import use_symmetry
+
+        linear = simplify_afresh(use_symmetry(linear, symmetric))  # (0.5*(0.5*A + 0.5*B) read as it was)
     if linear is not None and linear.op == "const" and linear.attr == 0.0:
         linear = None
-    return Hessian(d, wj, typed, raw, linear, rules)
+    h = Hessian(d, wj, typed, raw, linear, rules)
+    h.symmetric = tuple(symmetric)
+    return h
 
 
 __all__ = ["jacobian", "hessian", "Jacobian", "Hessian"]
@@ -1102,16 +1132,21 @@ def add_cli_parsers(sub) -> None:
                        help="the dense matrix at numbers: a number or a nested list per symbol, "
                             "e.g. --at x=[1,2] --at A=[[1,0],[0,1]]")
         p.add_argument("--json", action="store_true", help="print one JSON object per variable (block)")
+        if name == "hessian":
+            p.add_argument("--sym", action="append", default=[], metavar="NAME",
+                           help="NAME is a symmetric matrix: the gradient is sym(G) and its block is "
+                                "the Hessian along symmetric dNAME (repeat for several)")
 
 
 def compute(kind: str, expr: str, wrt: list, shapes: dict, definitions, emit: bool = True,
-            syntax: str = "matcalc"):
+            syntax: str = "matcalc", symmetric=()):
     """``(results, notes)`` as ``matcalc hessian|jacobian`` computes them (``matcalc serve``'s
     endpoints too): ``results`` maps a name (a pair for Hessian blocks) to its Jacobian or
     Hessian, with the NumPy module already emitted if ``emit`` (a refusal of the emitted code is
     then a refusal), ``notes`` the NotationWarnings (the Jacobian of a scalar) as text."""
+    extra = {"symmetric": symmetric} if symmetric else {}
     results, caught = with_notes(jacobian if kind == "jacobian" else hessian, expr, wrt=list(wrt), shapes=shapes,
-                                 definitions=definitions, syntax=syntax)
+                                 definitions=definitions, syntax=syntax, **extra)
     notes = [w.message for w in caught]
     for r in results.values() if emit else ():
         r.numpy_source  # noqa: B018
@@ -1179,7 +1214,7 @@ def run_cli(args) -> int:
         # the module is emitted now: a refusal of the emitted code is a refusal, not a crash later
         results, notes = compute(args.command, args.expr, args.wrt, shapes, lets,
                                  emit=args.code or args.json or args.check,  # (the text alone needs no code)
-                                 syntax=args.syntax)
+                                 syntax=args.syntax, symmetric=getattr(args, "sym", ()))
         for note in notes:
             print(f"matcalc: note: {note}", file=sys.stderr)
         for r in results.values():  # a refusal of the emitted framework code is a refusal too

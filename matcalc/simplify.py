@@ -51,6 +51,14 @@ def simplify(e: Expr) -> Expr:
     return _cache[e]
 
 
+def simplify_afresh(e: Expr) -> Expr:
+    """simplify(e) from a fresh memo: the rules reach a form, not always the last one (a sum
+    partly factored keeps its other terms as they were), and the memo takes every result
+    as final; a second pass over the result rewrites what the first left."""
+    _cache.clear()
+    return simplify(e)
+
+
 def _rebuild(node: Expr, args) -> Expr:
     op = node.op
     if not args:

@@ -152,3 +152,28 @@ def test_the_exact_check_draws_symmetric_matrices_and_checks_sym_g():
     r = subprocess.run([sys.executable, "-m", "matcalc", "derive", "x.T@S@x", "--wrt", "x", "--sym", "S", "--exact"],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_the_hessian_in_a_symmetric_matrix():
+    # hessian(..., symmetric=) was a TypeError (and --sym a usage error): along symmetric dS,
+    # H[dS] = S⁻¹ dS S⁻¹ for -logdet(S); the dense matrix is P (S⁻¹ ⊗ S⁻¹) P, P = (I + K)/2
+    h = matcalc.hessian("-logdet(S)", "S", symmetric=["S"])
+    Si = np.linalg.inv(S)
+    K = np.eye(n * n)[[n * (k % n) + k // n for k in range(n * n)]]
+    P = (np.eye(n * n) + K) / 2
+    np.testing.assert_allclose(h.matrix(S=S), P @ np.kron(Si, Si) @ P, rtol=1e-10, atol=1e-14)
+    V = rng.standard_normal((n, n))
+    V = V + V.T
+    np.testing.assert_allclose(h.hvp(V, S=S), Si @ V @ Si, rtol=1e-10)
+    assert h.check().ok
+    for expr, wrt in (("x.T@S@x + tr(S@S@A)", "S"), ("logdet(S) - tr(S@A) + x.T@inv(S)@x", "S"),
+                      ("x.T@inv(S)@x", "x")):
+        assert matcalc.hessian(expr, wrt, symmetric=["S"]).check().ok, expr
+    # the check fails the Hessian that ignores the symmetry
+    plain = matcalc.hessian("tr(S@S@A)", "S", shapes={"S": ("n", "n")})
+    plain.symmetric = ("S",)
+    assert not plain.check().ok
+    r = subprocess.run([sys.executable, "-m", "matcalc", "hessian", "-logdet(S)", "--wrt", "S", "--sym", "S",
+                        "--json", "--check"], capture_output=True, text=True)
+    out = json.loads(r.stdout.splitlines()[0])
+    assert r.returncode == 0 and out["symmetric"] == ["S"] and out["check"]["ok"], r.stderr
