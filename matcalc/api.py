@@ -310,7 +310,7 @@ class Derivation:
 
             fname = self._grad_source[2]
             doc = f"∂λ/∂{self.wrt} for λ = {self.lam_text_short}; shape {self.shape_text}."
-            src, params = function_source(backend, fname, [self.gradient], self._params, self.symbols, doc,
+            src, params = function_source(backend, fname, [self._leaves(self.gradient)], self._params, self.symbols, doc,
                                           declared=self.user_shapes, shaped_like=[self.wrt])
             self._backend_cache[backend] = (module_source(backend, [src]), params, fname)
         return self._backend_cache[backend]

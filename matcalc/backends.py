@@ -296,6 +296,13 @@ def function_source(backend: str, fname: str, outputs: list, param_names: list, 
                     head.append(f"    {p} = {p} if torch.is_tensor({p}) else torch.tensor({p}, dtype=torch.float64)")
     elif ref is None:  # jax with only scalars: 0-d arrays (jax's dtype), as jax.grad returns them
         head.extend(f"    {params[name]} = jnp.asarray({params[name]})" for name in param_names)
+    else:  # jax: integer arrays (class labels) as jax's float (sigmoid, softplus refuse integers)
+        for name in param_names:
+            if syms[name].shape != SCALAR:
+                a = params[name]
+                head.append(f"    {a} = jnp.asarray({a})")
+                head.append(f"    {a} = {a} if jnp.issubdtype({a}.dtype, jnp.inexact) else "
+                            f"{a}.astype(jnp.result_type(float))")
     head += squeeze_lines(backend, param_names, params, syms, unit)
     body = ["    " + line for line in em.lines]
     results = [_as_array(backend, r, ref, dtype) if codegen.host_number(o) else r for r, o in zip(results, outputs)]

@@ -505,3 +505,29 @@ def test_torch_integer_arrays_beside_float_ones():
     assert torch.isclose(matcalc.derive("sum(alpha*k*x)", "alpha").callable("torch")(alpha=0.1, k=k, x=x),
                          torch.tensor(5.0, dtype=torch.float64))
     assert torch.isclose(matcalc.op("sum(alpha*k*x)")(alpha=0.1, k=k, x=x), torch.tensor(0.5, dtype=torch.float64))
+
+
+@pytest.mark.skipif("jax" not in INSTALLED, reason="jax not installed")
+def test_jax_integer_arrays_are_taken_as_floats():
+    # jax.nn.sigmoid refused the int64 arrays NumPy and torch take (class labels, counts)
+    import jax.numpy as jnp
+
+    X, w = np.array([[1, -2, 0], [2, 1, -1]]), np.array([1, 0, -1])
+    for expr in ("sum(logsigmoid(X@w))", "sum(softplus(X@w))", "sum(silu(X@w))", "sum(relu(X@w))"):
+        d = matcalc.derive(expr, wrt="w")
+        got = d.callable("jax")(X=jnp.array(X), w=jnp.array(w))
+        assert jnp.issubdtype(got.dtype, jnp.floating), (expr, got.dtype)
+        np.testing.assert_allclose(np.asarray(got), d.function(X=X, w=w), rtol=1e-6, err_msg=expr)
+
+
+@pytest.mark.parametrize("backend", [b for b in ("torch", "jax") if b in INSTALLED])
+def test_the_gradient_wrt_a_definition_in_a_framework(backend):
+    # ∂λ/∂z for z = W@h + b: the torch/jax source raised KeyError: 'z' (the CLI exited 3)
+    d = matcalc.derive("-t.T@log(softmax(z))", wrt="z", definitions={"z": "W@h+b"})
+    rng = np.random.default_rng(13)
+    vals = dict(W=rng.standard_normal((4, 3)), h=rng.standard_normal(3), b=rng.standard_normal(4),
+                t=rng.uniform(0.1, 1, 4))
+    z = vals["W"] @ vals["h"] + vals["b"]
+    s = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
+    got = to_numpy(backend, d.callable(backend)(**to_framework(backend, vals)))
+    np.testing.assert_allclose(got, vals["t"].sum() * s - vals["t"], rtol=1e-10)
