@@ -133,6 +133,8 @@ def axis_rule(keeps_shape: bool, vector_only_without_axis: bool = False, scalar_
             u.fail(f"{u.name} along an axis needs an array, but {u.what(0)}")
         reduced = r if axis == 0 else c
         if u.one(reduced):
+            if not keeps_shape:  # sum(c, 1) of a column c: each entry alone, c itself (as NumPy's)
+                return s[0]
             kind = "row" if axis == 0 else "column"
             u.fail(f"{u.name}(·, {attr}) reduces an axis of length 1: {u.what(0)}, a {kind} vector "
                    f"(use the other axis, or no axis)")

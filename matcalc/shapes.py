@@ -846,6 +846,8 @@ class _Typer:
             if name == "size":  # size(X) entries, size(X, axis) one dimension: a number here
                 shape = args[0].shape
                 return ops.count(shape) if attr is None else ir.dim(shape[attr % 2])
+            if name in ("sum", "mean", "logsumexp") and attr is not None and args[0].shape[attr % 2] == 1:
+                return args[0]  # along an axis of length 1 (sum(c, 1) of a column c): each entry alone
             return ir.func(op.name, *args[:op.nargs], attr=None if attr is None else
                            (attr % 2 if "axis" in op.params else attr))
         raise AssertionError(k)  # pragma: no cover

@@ -223,7 +223,6 @@ REFUSED = [
     ("sum(X, 0.5)", "integer", 8),
     ("sum(X, n)", "integer", 8),
     ("softmax(x, 1):x", "length 1", 1),
-    ("sum(x, 1):x", "length 1", 1),
     ("softmax(X):X", "needs a vector", 1),
     ("tr(matrix_power(W, 2))", "square", 4),
     ("tr(matrix_power(X, 1.5))", "integer", 20),
@@ -240,6 +239,22 @@ def test_refusals(expr, words, col):
     assert words in str(info.value), str(info.value)
     assert info.value.column == col, str(info.value)
     assert "^" in str(info.value)
+
+
+@pytest.mark.parametrize("expr, shapes, grad", [
+    ("sum(sum(c, 1)*c)", {"c": ("n", 1)}, lambda v: 2 * v),
+    ("sum(mean(r, 0)*r)", {"r": (1, "m")}, lambda v: 2 * v),
+    ("sum(logsumexp(r, 0)*r)", {"r": (1, "m")}, lambda v: 2 * v),
+    ("sum(exp(sum(x, 1)))", {}, np.exp),  # x a column by its name
+])
+def test_a_reduction_along_an_axis_of_length_1_is_each_entry_alone(expr, shapes, grad):
+    # as NumPy's c.sum(1) of a column: each entry alone (it was refused as a reduction of length 1)
+    wrt = next(n for n in ("c", "r", "x") if n in expr)
+    d = matcalc.derive(expr, wrt=wrt, shapes=shapes)
+    v = np.random.default_rng(14).uniform(0.5, 1.5, 4)
+    arg = v.reshape(1, -1) if shapes.get(wrt, ("n", 1))[0] == 1 else v
+    np.testing.assert_allclose(np.ravel(d.function(**{wrt: arg})), grad(v), rtol=1e-12)
+    assert d.check().ok and matcalc.hessian(expr, wrt, shapes=shapes).check().ok
 
 
 def test_cli_refuses_a_bad_axis_with_exit_2():
