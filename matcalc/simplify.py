@@ -860,6 +860,8 @@ def s_frob(a: Expr, b: Expr) -> Expr:
         return s_mul(const(a.attr), s_func("sum", b))
     if b.op == "const":
         return s_mul(const(b.attr), s_func("sum", a))
+    if a.op == "eye" or b.op == "eye":  # X:I = tr(X)
+        return s_func("tr", b if a.op == "eye" else a)
     return Expr("frob", (a, b), None, SCALAR)
 
 

@@ -210,6 +210,17 @@ def test_a_factor_that_begins_every_chain_is_pulled_out():
     np.testing.assert_allclose(d.function(A=A, X=X, x=x), A @ (xx @ X.T + X @ xx), rtol=1e-12)
 
 
+def test_a_frobenius_product_with_the_identity_is_a_trace():
+    # the GP evidence in the noise variance read inv(K + s2*I).T@(…):I
+    d = matcalc.derive("logdet(K + s2*I) + y.T@inv(K + s2*I)@y", "s2", shapes={"s2": ()})
+    assert d.text.startswith("tr(") and ":I" not in d.text
+    rng = np.random.default_rng(16)
+    R = rng.standard_normal((4, 4))
+    K, y = R @ R.T, rng.standard_normal(4)
+    Ai = np.linalg.inv(K + 0.3 * np.eye(4))
+    assert abs(d.function(K=K, y=y, s2=0.3) - (np.trace(Ai) - y @ Ai @ Ai @ y)) < 1e-12
+
+
 def test_a_number_and_an_array_of_ones_in_one_sum_fold():
     # sum(x - mean(x)) has gradient 1 - 1: a number and an array of ones that printed apart
     d = matcalc.derive("sum(x - mean(x))", wrt="x")
