@@ -161,7 +161,8 @@ class TextPrinter:
                     out.append(self.wrap(f, PROD, strict=True))
             s = "*".join(out)
             if negative:
-                if len(fs) == 1 and _ones_first(fs[0], True, self.names):
+                f = fs[0].args[0] if len(fs) == 1 and fs[0].op == "div" else fs[0]
+                if len(fs) == 1 and (f.op == "matmul" or f is fs[0]) and _ones_first(f, False, self.names):
                     s = f"({s})"  # -(1.T@A), -(1@r/n): a bare -1 would be a number before @ sizes it
                 return _minus(s), (NEG if len(fs) == 1 else PROD)
             return s, PROD
