@@ -392,7 +392,13 @@ class _FromSympy:
         if isinstance(e, sp.OneMatrix):
             raise DeriveError(f"the SymPy node OneMatrix({e.shape[0]}, {e.shape[1]}) has no matcalc "
                               "equivalent outside a matrix product (matcalc's ones take their size from it)")
-        raise DeriveError(f"the SymPy node {type(e).__name__} ({e}) has no matcalc equivalent")
+        from sympy.matrices.expressions.matexpr import MatrixElement
+
+        hint = ""
+        if isinstance(e, MatrixElement):  # (x.T*S*x)[0, 0] at numeric sizes: SymPy wrote it entry by entry
+            hint = ("; SymPy writes [0, 0] of a product entry by entry at numeric sizes: give the sizes as "
+                    "symbols (MatrixSymbol('S', n, n)) or take Trace(...) of the 1×1 product")
+        raise DeriveError(f"the SymPy node {type(e).__name__} ({e}) has no matcalc equivalent{hint}")
 
     def chain(self, mats) -> str:
         """A matrix product as text.  A matrix of ones J = 1 1ᵀ in it is written as its two
@@ -503,6 +509,13 @@ class _FromSympy:
         if (isinstance(e, sp.log) and isinstance(e.args[0], sp.Abs)
                 and isinstance(e.args[0].args[0], sp.Determinant)):
             return f"logdet({self.text(e.args[0].args[0].arg)})"
+        if isinstance(e, sp.Sum):  # an index sum, as (x.T*S*x)[0, 0] makes: back to matrices
+            try:
+                back = sp.MatrixExpr.from_index_summation(e)
+            except Exception:  # noqa: BLE001 - SymPy's own failure: no matcalc equivalent then
+                back = e
+            if not isinstance(back, sp.Sum):
+                return self.text(back)
         if isinstance(e, (sp.Max, sp.Min)):  # entrywise, through relu: Max(0, 2t) = relu(2t)
             return self._extremum(e)
         if isinstance(e, sp.Function) and len(e.args) >= 1:

@@ -312,3 +312,19 @@ def test_cli_exact_check_that_cannot_be_made_is_a_refusal(monkeypatch, capsys):
     monkeypatch.setattr(sympy_bridge, "exact_check", refuse)
     assert cli.run(["derive", "sum(exp(x))", "--wrt", "x", "--exact"]) == 2
     assert "the check cannot be made" in capsys.readouterr().err
+
+
+def test_an_entry_of_a_1_by_1_product_as_an_index_sum():
+    # (x.T*S.I*x)[0, 0] is a Sum over indices in SymPy: read back as the matrix product (it was
+    # refused); at numeric sizes SymPy writes it entry by entry, and the refusal says what to do
+    n = sp.Symbol("n", integer=True, positive=True)
+    S, x, m = sp.MatrixSymbol("S", n, n), sp.MatrixSymbol("x", n, 1), sp.MatrixSymbol("m", n, 1)
+    d = matcalc.derive(sp.log(sp.Determinant(S)) + ((x - m).T * S.I * (x - m))[0, 0], wrt=x)
+    rng = np.random.default_rng(17)
+    R = rng.standard_normal((3, 3))
+    Sv, xv, mv = R @ R.T + 3 * np.eye(3), rng.standard_normal(3), rng.standard_normal(3)
+    Si = np.linalg.inv(Sv)
+    np.testing.assert_allclose(d.function(S=Sv, x=xv, m=mv), (Si + Si.T) @ (xv - mv), rtol=1e-10)
+    S3, x3 = sp.MatrixSymbol("S", 3, 3), sp.MatrixSymbol("x", 3, 1)
+    with pytest.raises(matcalc.DeriveError, match="give the sizes as symbols"):
+        matcalc.derive((x3.T * S3 * x3)[0, 0], wrt=x3)
