@@ -270,6 +270,7 @@ class _LinearMap:
         vf = vec_form(self.linear, self.dW, self.out_node.shape)
         if vf is not None:
             vf.names, vf.dims, vf.taken = dict(self._user_names or {}), self._dims, self._symbol_tex
+            vf.symmetric = self.symmetric
         return vf
 
     @property
@@ -1091,6 +1092,8 @@ def _hessian_block(d, wj, typed, symmetric=()) -> Hessian:
         linear = None
     h = Hessian(d, wj, typed, raw, linear, rules)
     h.symmetric = tuple(symmetric)
+    if symmetric and h._vec is not None:  # (made while the steps were written)
+        h._vec.symmetric = h.symmetric
     return h
 
 

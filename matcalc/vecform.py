@@ -258,6 +258,7 @@ class VecForm:
     names: dict = {}  # node -> name (definitions), used in the printed pieces
     dims: dict = {}   # dimension -> (symbol, axis): a size prints as size(X, 0)
     taken: frozenset = frozenset()  # what the question's symbols typeset as (printing.to_latex)
+    symmetric: tuple = ()           # symmetric matrices: their transposes print as themselves
 
     def _names(self, e: Expr, latex: bool = False) -> dict:
         """Identities as I_n, and arrays of one number with their sizes (a bare 1 or 2 in a
@@ -270,6 +271,11 @@ class VecForm:
 
     def _print(self, e: Expr, names: dict, latex: bool) -> str:
         from .printing import to_latex, to_text
+
+        if self.symmetric:  # kron(inv(S).T, inv(S)) of a symmetric S is kron(inv(S), inv(S))
+            from .symmetric import use_symmetry
+
+            e = use_symmetry(e, self.symmetric)
 
         return to_latex(e, names, taken=self.taken) if latex else to_text(e, names, self.dims)
 

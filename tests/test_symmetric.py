@@ -162,6 +162,8 @@ def test_the_hessian_in_a_symmetric_matrix():
     K = np.eye(n * n)[[n * (k % n) + k // n for k in range(n * n)]]
     P = (np.eye(n * n) + K) / 2
     np.testing.assert_allclose(h.matrix(S=S), P @ np.kron(Si, Si) @ P, rtol=1e-10, atol=1e-14)
+    assert h.kron == "0.5*kron(inv(S), inv(S)) + 0.5*kron(inv(S), inv(S))@K_aa"  # Sᵀ = S: no inv(S).T
+    np.testing.assert_allclose(0.5 * np.kron(Si, Si) @ (np.eye(n * n) + K), h.matrix(S=S), rtol=1e-10, atol=1e-14)
     V = rng.standard_normal((n, n))
     V = V + V.T
     np.testing.assert_allclose(h.hvp(V, S=S), Si @ V @ Si, rtol=1e-10)
