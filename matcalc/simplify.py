@@ -405,14 +405,12 @@ def _factor(items, total, shape):
                     fs.remove(f)
                 inner.append(scale(c, s_mul(*fs) if fs else const(1.0)))
             return s_mul(*common, s_add(*inner))
-        chains = [_scaled_chain(core) for core, _ in items] if len(items) > 1 else [None]
-        for side in (0, 1) if all(ch is not None for ch in chains) else ():
-            end = 0 if side == 0 else -1  # K@K@a + λ*K@a - K@y = K@(K@a + λ*a - y)
-            first = chains[0][1][end]
-            if all(fs[end] is first for _, fs in chains):
-                rest = [s_mul(*sc, _chain(fs[1:] if side == 0 else fs[:-1])) for sc, fs in chains]
-                if len({r.shape for r in rest}) == 1:  # (no broadcast term)
-                    others = s_add(*[scale(c, r) for r, (_, c) in zip(rest, items)])
+        for side in (0, 1):
+            if len(items) > 1 and all(core.op == "matmul" for core, _ in items):
+                first = items[0][0].args[side]
+                if all(core.args[side] is first for core, _ in items) and len(
+                        {core.args[1 - side].shape for core, _ in items}) == 1:  # (no broadcast term)
+                    others = s_add(*[scale(c, core.args[1 - side]) for core, c in items])
                     return s_matmul(first, others) if side == 0 else s_matmul(others, first)
     grouped = _group_products(items, shape)
     if grouped is not None:
@@ -428,20 +426,6 @@ def _factor(items, total, shape):
                 inner.append(const(total / m))
             return s_mul(const(m), s_add(*inner))
     return None
-
-
-def _scaled_chain(core: Expr):
-    """(scalar factors, the factors of the matrix product) of core = β∘(A@B@…), else None."""
-    scalars = []
-    if core.op == "mul":
-        arrays = [f for f in core.args if f.shape != SCALAR]
-        if len(arrays) != 1:
-            return None
-        scalars = [f for f in core.args if f.shape == SCALAR]
-        core = arrays[0]
-    if core.op != "matmul":
-        return None
-    return scalars, ir.chain_factors(core)
 
 
 def _group_products(items, shape):

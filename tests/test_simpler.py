@@ -200,16 +200,6 @@ def test_quotients_over_powers_of_one_sum_share_the_highest():
     assert d.text == "exp(x) + (1 - x**2)/(x**2 + 1)**2"
 
 
-def test_a_factor_that_begins_every_chain_is_pulled_out():
-    # A@x@x.T@X.T + A@X@x@x.T: A leads both chains (only two-factor products were factored)
-    d = matcalc.derive("((X@x)@(A@x).T):A.T", "A")
-    assert d.text == "A@(x@x.T@X.T + X@x@x.T)"
-    rng = np.random.default_rng(10)
-    A, X, x = rng.standard_normal((4, 3)), rng.standard_normal((3, 3)), rng.standard_normal(3)
-    xx = np.outer(x, x)
-    np.testing.assert_allclose(d.function(A=A, X=X, x=x), A @ (xx @ X.T + X @ xx), rtol=1e-12)
-
-
 def test_a_frobenius_product_with_the_identity_is_a_trace():
     # the GP evidence in the noise variance read inv(K + s2*I).T@(…):I
     d = matcalc.derive("logdet(K + s2*I) + y.T@inv(K + s2*I)@y", "s2", shapes={"s2": ()})
