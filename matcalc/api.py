@@ -75,7 +75,9 @@ class Derivation:
 
     @cached_property
     def _symbol_tex(self) -> frozenset:
-        return frozenset(tex_name(n) for n in self.symbols)
+        """What the question's symbols and definitions typeset as (a definition named sigma too)."""
+        return frozenset(tex_name(n) for n in list(self.symbols) + [v for v in self._user_names.values()
+                                                                     if isinstance(v, str)])
 
     @cached_property
     def lam_text_short(self) -> str:

@@ -198,6 +198,10 @@ def _like_key(core: Expr) -> Expr:
         pair = _inner_pair(core)
         if pair is not None:
             return Expr("frob", tuple(sorted(pair, key=id)), None, SCALAR)  # (a key only: a:b = b:a)
+    if core.op == "mul" and any(f.shape == SCALAR and f.op in ("frob", "matmul", "sum") for f in core.args):
+        keyed = tuple(_like_key(f) if f.shape == SCALAR and f.op in ("frob", "matmul", "sum") else f
+                      for f in core.args)  # 2(dx:x)x and 2(x:dx)x: one term
+        return Expr("mul", tuple(sorted(keyed, key=id)), None, core.shape)
     if core.op in ("matmul", "T", "matrix_power"):
         fs = _chain_key(core)
         return fs[0] if len(fs) == 1 else Expr("matmul", tuple(fs), None, core.shape)
@@ -249,15 +253,19 @@ def _open_brackets(flat, shape):
         c, core = split_coeff(t)
         if core is not None and core.op == "add" and core.shape == t.shape:
             opened.extend(scale(c, u) for u in core.args)
-            inside.extend(split_coeff(u)[1] for u in core.args)
+            inside.extend(_key_of(split_coeff(u)[1]) for u in core.args)
         else:
             opened.append(t)
-            outside.append(core)
+            outside.append(_key_of(core))
     # only where a term inside meets its like outside or in another bracket (else it never
     # gets shorter, and trying would redo every bracket nested inside: exponential)
     if not inside or len(set(inside) | set(outside)) == len(inside) + len(outside):
         return None
     return _if_shorter(opened, flat, shape)
+
+
+def _key_of(core):
+    return None if core is None else _like_key(core)
 
 
 def _complementary_sigmoids(flat, shape):
@@ -308,24 +316,24 @@ def _common_denominator(flat, shape):
         b, k = _base_exponent(core.args[1])
         if base is None:
             base = b
-        if b is not base or k <= 0:
+        if b is not base or k <= 0 or 2 * k != round(2 * k):  # (whole or half powers only)
             others.append(t)
             continue
         parts.append((c, core.args[0], k))
     if base is None or len({k for _, _, k in parts}) < 2 or len(parts) > 8:
         return None
     top = max(k for _, _, k in parts)
-    if base.op != "add" or len(base.args) > 4 or not any(top - k == 1 for _, _, k in parts):
-        return None  # (only a sum written out can cancel against the other terms)
+    if base.op != "add" or len(base.args) > 4 or any(top - k not in (0.0, 1.0) for _, _, k in parts):
+        return None  # (only B itself written out, B a sum, can cancel against the other terms)
     terms = []
     for c, num, k in parts:
-        m = top - k
-        if m == 0:
+        if k == top:
             terms.append(scale(c, num))
-        elif m == 1:  # num∘B, B a sum: written out
+        else:  # num∘B, B a sum: written out
             terms.extend(scale(c, s_mul(num, u)) for u in base.args)
-        else:
-            terms.append(scale(c, s_mul(num, _power(base, m))))
+    keys = [_key_of(split_coeff(t)[1]) for t in terms]
+    if len(set(keys)) == len(keys):  # no like terms: nothing can cancel
+        return None
     numerator = _s_add(terms)
     kept = len(numerator.args) if numerator.op == "add" else 1
     if kept >= len(terms) or kept > len(parts):  # no terms cancelled: the denominators stay apart
@@ -339,9 +347,12 @@ def _common_denominator(flat, shape):
 
 
 def _if_shorter(terms, flat, shape):
-    """The sum of terms (an equal rewriting of the sum of flat) if it is shorter, else None."""
+    """The sum of terms (an equal rewriting of the sum of flat) if it is shorter, or as long
+    with like terms merged (y - (x - y) is 2*y - x, no bracket), else None."""
     out = _s_add(terms)
-    if out.shape != shape or ir.tree_size(out) >= ir.tree_size(Expr("add", tuple(flat), None, shape)):
+    size, before = ir.tree_size(out), ir.tree_size(Expr("add", tuple(flat), None, shape))
+    merged = (len(out.args) if out.op == "add" else 1) < len(terms)
+    if out.shape != shape or size > before or size == before and not merged:
         return None
     return out
 
@@ -499,6 +510,10 @@ def s_mul(*fs: Expr) -> Expr:
         if not denominators:
             return s_mul(const(c), *rest) if rest else const(c, shape)
         num = s_mul(*rest) if rest else const(1.0)
+        negative, pos = ir.negative_term(num)
+        flipped = pos if negative else _without_minus(num)  # -2*(-(P + Q)/α) = 2*(P + Q)/α
+        if flipped is not None and flipped.shape == num.shape:
+            c, num = -c, flipped
         q = _div_node(num, s_mul(*denominators), shape)
         return q if c == 1.0 else Expr("mul", (const(c), q), None, shape)
     if any(f.op == "eye" for f in rest):  # I∘Xᵀ = I∘X: only the diagonal stays

@@ -121,6 +121,8 @@ def _canon(e: Expr, names: frozenset, transpose: bool = False):
             k = _canon(f, names, transpose)
             fs.extend(k[1] if k[0] == "matmul" else (k,))
         return ("matmul", tuple(fs))
+    if op == "mul" and any(a.op == "eye" for a in e.args):  # I∘X is diagonal: its own transpose
+        transpose = False
     if op in ("add", "mul"):  # commutative: the order of the terms does not matter
         return (op, e.attr, tuple(sorted((_canon(a, names, transpose) for a in e.args), key=repr)))
     if op in ("div", "inv", "pow", "matrix_power") or _elementwise(op):  # (Xᵏ)ᵀ = (Xᵀ)ᵏ

@@ -94,6 +94,8 @@ def test_the_sigmoid_is_written_out_in_latex_beside_a_symbol_sigma():
     assert "s &= \\operatorname{sigmoid}\\left(z\\right)" in d.steps_latex
     h = matcalc.hessian("sum(sigma*sigmoid(W@x))", "W")
     assert "\\sigma\\left(" not in h.latex + h.kron_latex + h.steps_latex
+    d = matcalc.derive("sum(sigmoid(W@x))", "W", definitions={"sigma": "W@x"})  # a definition named σ
+    assert "\\sigma\\left(" not in d.latex + d.steps_latex
     plain = matcalc.derive("sum(alpha*sigmoid(W@x))", "W")  # no symbol σ: the usual σ(Wx)
     assert "\\sigma\\left(W x\\right)" in plain.latex and "sigmoid" not in plain.latex
 
