@@ -512,7 +512,7 @@ def s_mul(*fs: Expr) -> Expr:
         num = s_mul(*rest) if rest else const(1.0)
         negative, pos = ir.negative_term(num)
         flipped = pos if negative else _without_minus(num)  # -2*(-(P + Q)/α) = 2*(P + Q)/α
-        if flipped is not None and flipped.shape == num.shape:
+        if flipped is not None and flipped.shape == num.shape and _without_minus(flipped) is None:
             c, num = -c, flipped
         q = _div_node(num, s_mul(*denominators), shape)
         return q if c == 1.0 else Expr("mul", (const(c), q), None, shape)
@@ -524,8 +524,8 @@ def s_mul(*fs: Expr) -> Expr:
     rest = _collect_powers(rest)
     if len(rest) == 1 and rest[0].shape == shape:  # -(-a - b) = a + b, inside (…):B too; and
         flipped = _without_minus(rest[0])              # c(-a - b) = -c(a + b)
-        if flipped is not None and (c < 0 or rest[0].op == "add"):
-            return scale(-c, flipped)
+        if flipped is not None and (c < 0 or rest[0].op == "add") and _without_minus(flipped) is None:
+            return scale(-c, flipped)  # (a form that flips back, frob(-a, b) terms, stays: no loop)
     if not math.isfinite(c):  # an overflow: keep the factors as they are
         return Expr("mul", tuple(flat), None, shape)
     if c == 0.0 or not rest:

@@ -524,3 +524,17 @@ def test_forms_that_stay_short(kind, expr, wrt, want):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert getattr(matcalc, kind)(expr, wrt).text == want
+
+
+@pytest.mark.parametrize("expr, shapes", [
+    ("logdet(sigma*(r*S1)) + tanh(0.01*(-W1@Y.T.T:sin(W1:P)/softplus(k)))", {"k": ("m", "n"), "r": ()}),
+    ("sigmoid(0.01*(-W1/softplus(Y.T):(B.T - W1 + (Q + s)))) - tr(X)/(abs(2) + 1)", {"s": ()}),
+])
+def test_taking_a_minus_into_a_sum_never_loops(expr, shapes):
+    # c*(-a - b) = -c*(a + b) flipped back and forth where the flipped sum was all negative again
+    # (RecursionError, an internal error); found by the long soundness run, seed 78
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert matcalc.derive(expr, "W1", shapes=shapes).check().ok
