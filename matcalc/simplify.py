@@ -861,6 +861,11 @@ def s_frob(a: Expr, b: Expr) -> Expr:
         return s_mul(const(b.attr), s_func("sum", a))
     if a.op == "eye" or b.op == "eye":  # X:I = tr(X)
         return s_func("tr", b if a.op == "eye" else a)
+    for i, x in enumerate((a, b)):  # (-A):B = -(A:B): the minus outside, where terms meet
+        if x.op == "mul" and x.args[0].op == "const" and x.args[0].attr == -1.0 and x.args[0].shape == SCALAR:
+            rest = x.args[1] if len(x.args) == 2 else Expr("mul", x.args[1:], None, x.shape)
+            if rest.shape == x.shape:
+                return s_mul(const(-1.0), s_frob(rest, b) if i == 0 else s_frob(a, rest))
     return Expr("frob", (a, b), None, SCALAR)
 
 
