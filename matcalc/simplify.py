@@ -1086,6 +1086,10 @@ def _stable_log(a: Expr):
         return ir.neg(ir.func("softplus", x.args[0]))
     if a.op == "sum" and a.args[0].op == "exp":  # log sum exp(z) = logsumexp(z), along an axis too
         return ir.func("logsumexp", a.args[0].args[0], attr=a.attr)
+    if a.op == "sum" and a.args[0].op == "mul" and len(a.args[0].args) == 2 and a.args[0].args[0].op == "const" \
+            and a.args[0].args[0].attr > 0 and a.args[0].args[1].op == "exp":  # log sum(c exp(z)) = log c + logsumexp(z)
+        c, e = a.args[0].args
+        return ir.add(ir.const(math.log(c.attr)), ir.func("logsumexp", e.args[0], attr=a.attr))
     if a.op == "matmul" and a.args[0].op == "exp" and a.args[1].op == "const" and a.args[1].attr == 1.0 \
             and a.args[1].shape[1] == 1:
         out = ir.func("logsumexp", a.args[0].args[0], attr=1)  # log(exp(X)@1): the rows' logsumexp
