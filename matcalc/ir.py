@@ -339,8 +339,11 @@ def split_coeff(e: Expr):
     return 1.0, e
 
 
-def negative_term(e: Expr):
-    """(True, its positive part) if the term reads with a leading minus, else (False, e)."""
+def negative_term(e: Expr, keep=()):
+    """(True, its positive part) if the term reads with a leading minus, else (False, e).
+    Nodes in ``keep`` (those printed by a name) are taken whole: their signs stay inside."""
+    if e in keep:
+        return False, e
     if e.op == "const" and e.attr < 0:
         return True, const(-e.attr, e.shape)
     if e.op == "mul" and e.args[0].op == "const" and e.args[0].shape == SCALAR and e.args[0].attr < 0:
@@ -355,14 +358,14 @@ def negative_term(e: Expr):
     if e.op == "mul" and any(f.op in ("mul", "frob") for f in e.args):  # (-a)∘(-b) = a∘b: the signs
         fs = []                                                           # of the factors, outside
         for f in e.args:
-            n, p = negative_term(f) if f.op in ("mul", "frob") else (False, f)
+            n, p = negative_term(f, keep) if f.op in ("mul", "frob") else (False, f)
             negative ^= n
             fs.append(p)
         return negative, Expr("mul", tuple(fs), None, e.shape)
     if negative:
         return True, e
     if e.op == "frob":
-        negative, pos = negative_term(e.args[0])
+        negative, pos = negative_term(e.args[0], keep)
         if negative:
             return True, Expr("frob", (pos, e.args[1]), None, e.shape)
     return False, e

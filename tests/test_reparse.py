@@ -167,3 +167,10 @@ def test_a_negated_quotient_led_by_ones_reads_back():
     back = matcalc.jacobian(d.text + " + 0*c", "c", shapes={"c": ("m",)})
     c = np.random.default_rng(12).standard_normal(4)
     np.testing.assert_allclose(back.value_function(c=c), d.function(c=c), rtol=1e-12)
+
+
+def test_a_named_differential_keeps_its_name_through_the_signs():
+    # dλ = sum(-ds1*q - s1*dq) printed dq written out, s1*(s2*dz1), its signs taken outside
+    d = matcalc.derive("sum(sigmoid(W@x)*log(sigmoid(W@x)))", "W")
+    line = next(l for l in d.derivation_lines() if l.startswith("dλ = "))
+    assert line.startswith("dλ = sum(-ds1*q - s1*dq)"), line
