@@ -936,6 +936,8 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
             return along
     if name == "matrix_power" and attr in (0, 1):  # X⁰ = I, X¹ = X
         return ir.eye(a.shape[0]) if attr == 0 else a
+    if name == "unvec" and (back := _unvec(a, attr)) is not None:
+        return back
     if attr is not None or op.nargs != 1:
         return ir.func(name, a, attr=attr)
     if name == "tr" and a.op == "T":
@@ -973,6 +975,31 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
     if name == "unvec" and a.op == "vec":
         return a.args[0]
     return ir.func(name, a, attr=attr)
+
+
+def _unvec(v: Expr, shape):
+    """unvec(v) as a matrix expression, where v is vec(X) or (B⊗A)vec(X) = vec(AXBᵀ) (the vec
+    trick), a transpose (B⊗A)ᵀ = Bᵀ⊗Aᵀ of one, or a sum of them; else None."""
+    if v.op == "vec" and v.args[0].shape == tuple(shape):
+        return v.args[0]
+    if v.op == "add":
+        terms = [_unvec(t, shape) for t in v.args]
+        return None if any(t is None for t in terms) else s_add(*terms)
+    if v.op != "matmul" or v.args[1].op != "vec":
+        return None
+    M, X = v.args[0], v.args[1].args[0]
+    if M.op == "add":
+        terms = [_unvec(s_matmul(m, v.args[1]), shape) for m in M.args]
+        return None if any(t is None for t in terms) else s_add(*terms)
+    transposed = M.op == "T" and M.args[0].op == "kron"
+    if M.op != "kron" and not transposed:
+        return None
+    B, A = M.args[0].args if transposed else M.args
+    if transposed:
+        B, A = s_T(B), s_T(A)
+    if A.shape[1] != X.shape[0] or B.shape[1] != X.shape[1] or (A.shape[0], B.shape[0]) != tuple(shape):
+        return None
+    return s_matmul(s_matmul(A, X), s_T(B))
 
 
 def _constant_along(f: Expr, axis: int):

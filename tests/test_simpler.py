@@ -540,3 +540,15 @@ def test_taking_a_minus_into_a_sum_never_loops(expr, shapes):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert matcalc.derive(expr, "W1", shapes=shapes).check().ok
+
+
+def test_unvec_of_a_vec_and_the_vec_trick():
+    # unvec(vec(X)) stayed as it was (its rule could not be reached), and (B⊗A)vec(X) = vec(AXBᵀ)
+    # printed unvec((kron(B, A).T + kron(B, A))@vec(X)), which does not read back
+    shapes = {"X": ("p", "q"), "A": ("p", "p"), "B": ("q", "q")}
+    d = matcalc.derive("vec(X).T@kron(B, A)@vec(X)", "X", shapes=shapes)
+    assert d.text == "A.T@X@B + A@X@B.T"
+    rng = np.random.default_rng(18)
+    X, A, B = rng.standard_normal((3, 4)), rng.standard_normal((3, 3)), rng.standard_normal((4, 4))
+    np.testing.assert_allclose(d.function(X=X, A=A, B=B), A @ X @ B.T + A.T @ X @ B, rtol=1e-12)
+    assert matcalc.derive("vec(A).T@vec(A) + mean(A)", "A").text == "1/(size(A, 0)*size(A, 1)) + 2*A"
