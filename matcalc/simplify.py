@@ -985,6 +985,10 @@ def _unvec(v: Expr, shape):
     if v.op == "add":
         terms = [_unvec(t, shape) for t in v.args]
         return None if any(t is None for t in terms) else s_add(*terms)
+    if v.op == "mul":  # unvec(β vec(X)) = β X
+        sc, arr = _split_scalars(v)
+        inner = _unvec(arr, shape) if sc else None
+        return None if inner is None else s_mul(*sc, inner)
     if v.op != "matmul" or v.args[1].op != "vec":
         return None
     M, X = v.args[0], v.args[1].args[0]
