@@ -254,6 +254,11 @@ def _open_brackets(flat, shape):
         if core is not None and core.op == "add" and core.shape == t.shape:
             opened.extend(scale(c, u) for u in core.args)
             inside.extend(_key_of(split_coeff(u)[1]) for u in core.args)
+        elif core is not None and core.op == "frob" and any(a.op == "add" for a in core.args):
+            i = 0 if core.args[0].op == "add" else 1  # (C + D):Y = C:Y + D:Y
+            parts = [s_frob(u, core.args[1]) if i == 0 else s_frob(core.args[0], u) for u in core.args[i].args]
+            opened.extend(scale(c, u) for u in parts)
+            inside.extend(_key_of(split_coeff(u)[1]) for u in parts)
         else:
             opened.append(t)
             outside.append(_key_of(core))

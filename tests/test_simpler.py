@@ -519,6 +519,7 @@ def test_spread_numbers_and_ones_in_a_chain_print_with_their_sizes(expr, wrt, sh
     ("derive", "y.T@tanh(A*I*A.T)@y", "y", "2*tanh(A**2*I)@y"),  # I∘A² is diagonal: symmetric
     ("jacobian", "2*((-w):b + (-w):c)", "w", "-2*(dw:b + dw:c)"),  # (-A):B = -(A:B); was 2*(-dw:b - dw:c)
     ("derive", "log(1 + exp(2*(-w:b - w:c)))", "w", "-2*sigmoid(-2*(w:b + w:c))*(c + b)"),  # w:c - (-w:b)
+    ("hessian", "-2*((E - alpha*Y):D + (E - alpha*Y):C)*alpha", "alpha", "4*(C:Y + D:Y)*dalpha"),  # (C + D):Y + D:Y + C:Y
 ])
 def test_forms_that_stay_short(kind, expr, wrt, want):
     import warnings
