@@ -474,15 +474,11 @@ def _scalar_hint(expr, typed, shapes, definitions, syntax, symmetric, wrt=()) ->
     start = perf_counter()
 
     def scalar_with(declared, syn=syntax):
-        try:
-            return typecheck(parse(expr, syntax=syn), expr, declared, definitions, syntax=syn,
-                             symmetric=symmetric).expr.shape == ir.SCALAR
-        except MatcalcError:
-            return False
+        return _scalar_text(expr, declared, definitions, syn, symmetric)
 
     shapes = dict(shapes or {}) if isinstance(shapes, dict) else {}
     colon = _colon_reading(expr, syntax)
-    if colon is not None and scalar_with_text(colon, shapes, definitions, syntax, symmetric):
+    if colon is not None and _scalar_text(colon, shapes, definitions, syntax, symmetric):
         return f"; : binds tighter than + and -: for the inner product of the sum write {colon}"
     if "e" not in shapes and re.search(r"(?<![\w.])e\s*(\^|\*\*)", expr):
         return "; e is a symbol here: for the exponential write exp(...)"
@@ -514,7 +510,8 @@ def _colon_reading(expr: str, syntax: str):
     return f"({expr[root.start:left.end].strip()}):{expr[right.start:right.end].strip()}"
 
 
-def scalar_with_text(text, shapes, definitions, syntax, symmetric) -> bool:
+def _scalar_text(text, shapes, definitions, syntax, symmetric) -> bool:
+    """Whether text types as a scalar with these declarations (a refusal: no)."""
     try:
         return typecheck(parse(text, syntax=syntax), text, shapes, definitions, syntax=syntax,
                          symmetric=symmetric).expr.shape == ir.SCALAR

@@ -732,7 +732,8 @@ class Hessian(_LinearMap):
     kind = "hessian"
     product = "hvp"
 
-    def __init__(self, derivation, wrt_j, typed, raw, linear, rules):
+    def __init__(self, derivation, wrt_j, typed, raw, linear, rules, symmetric=()):
+        self.symmetric = tuple(symmetric)  # (before the steps: their vec form prints with it)
         wi = derivation.wrt
         self._setup(derivation.expr, typed, wrt_j, derivation.gradient, linear, derivation._user_names)
         self.derivation = derivation
@@ -814,12 +815,17 @@ class Hessian(_LinearMap):
         return GradientFunction(self.numpy_source, self.derivation._grad_source[2],
                                 sanitize(self._params), self.user_shapes, fixed_forms=self._fixed_forms)
 
+    @property
+    def _lam_tex(self) -> str:
+        """λ, or ℓ where a symbol or dimension typesets as λ (printing.objective_tex)."""
+        return objective_tex(set(self.symbols) | dim_names(self.user_shapes))
+
     def _step_lhs_latex(self):
-        lam = objective_tex(set(self.symbols) | dim_names(self.user_shapes))  # (ℓ where a symbol typesets as λ)
+        lam = self._lam_tex
         return [f"\\mathrm{{d}}{lam}", f"\\mathrm{{d}}^2{lam}"] + ["" for _ in self.steps[2:]]
 
     def _vec_lhs_latex(self):
-        lam = objective_tex(set(self.symbols) | dim_names(self.user_shapes))
+        lam = self._lam_tex
         if self.diagonal:
             return f"\\frac{{\\partial^2 {lam}}}{{\\partial \\operatorname{{vec}} {tex_name(self.wrt)}^2}}"
         return (f"\\frac{{\\partial^2 {lam}}}{{\\partial \\operatorname{{vec}} {tex_name(self.wrt_i)}"
@@ -889,7 +895,7 @@ def _check_at(m: _LinearMap, seed, tol, draws, domain, sizes):
         if used >= draws:
             break
         inputs = random_inputs(m.user_shapes, domains, sizes, rng)
-        for name in getattr(m, "symmetric", ()):  # a symmetric S: drawn symmetric
+        for name in m.symmetric:  # a symmetric S: drawn symmetric
             inputs[name] = (inputs[name] + inputs[name].T) / 2
         with np.errstate(all="ignore"):
             try:
@@ -930,7 +936,7 @@ def _compare(m, f, inputs, wrt, rng, h=1e-6, max_cols=24):
     n = flat.size
     cols = np.arange(n) if n <= max_cols else rng.choice(n, max_cols, replace=False)
     errs, count, note = [], 0, ""
-    if wrt in getattr(m, "symmetric", ()):  # along symmetric directions sym(E), which the map takes
+    if wrt in m.symmetric:  # along symmetric directions sym(E), which the map takes
         def direction(v):                    # as it takes E (it is written through sym(dS))
             M = v.reshape(shape, order="F")
             return ((M + M.T) / 2).reshape(-1, order="F")
@@ -1090,11 +1096,7 @@ def _hessian_block(d, wj, typed, symmetric=()) -> Hessian:
         linear = simplify_afresh(use_symmetry(linear, symmetric))  # (0.5*(0.5*A + 0.5*B) read as it was)
     if linear is not None and linear.op == "const" and linear.attr == 0.0:
         linear = None
-    h = Hessian(d, wj, typed, raw, linear, rules)
-    h.symmetric = tuple(symmetric)
-    if symmetric and h._vec is not None:  # (made while the steps were written)
-        h._vec.symmetric = h.symmetric
-    return h
+    return Hessian(d, wj, typed, raw, linear, rules, symmetric)
 
 
 __all__ = ["jacobian", "hessian", "Jacobian", "Hessian"]

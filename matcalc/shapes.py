@@ -46,6 +46,8 @@ _SPELLED = {"solve": "write inv(A)@B: matcalc computes it as a solve", "log_soft
 def _is_name(s: str) -> bool:
     """A name as the grammar reads one (n, d_in, λ; not ³, ① or xᵀ): dimensions and definitions."""
     return s.isidentifier() and not any(c in "ᵀ¹²³" or "\u2070" <= c <= "\u209f" for c in s)
+
+
 MAX_DIM = 10 ** 6
 
 
@@ -994,8 +996,8 @@ def typecheck(ast: Node, source: str, declared: dict | None = None,
                 in_use.add(n.value)
                 if n.value in t.def_ast:
                     todo.append(t.def_ast[n.value])
-    unused = [k for k in t.sym_shape if k not in in_use]
-    user_shapes, syms = t.finish([k for k in t.sym_shape if k in in_use] + unused)
+    apart = [k for k in t.sym_shape if k not in in_use]
+    user_shapes, syms = t.finish([k for k in t.sym_shape if k in in_use] + apart)
     for name, d_ast, text in parsed:
         t.source = text
         t.def_ir[name] = t.build(d_ast)
@@ -1015,6 +1017,6 @@ def typecheck(ast: Node, source: str, declared: dict | None = None,
         finally:
             t.opaque, t.def_ir, t.source = {}, dict(built), source
 
-    for k in unused:
+    for k in apart:
         del syms[k], user_shapes[k]
-    return Typed(expr, syms, user_shapes, source, built, list(t.notes), with_symbol, unused)
+    return Typed(expr, syms, user_shapes, source, built, list(t.notes), with_symbol, apart)
