@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from . import ir
 from .ir import SCALAR, Expr, const
 from .ops import REGISTRY
-from .simplify import simplify
+from .simplify import settle, simplify
 from .steplog import Step  # noqa: F401  (the step type, for callers of pullback)
 
 
@@ -165,9 +165,10 @@ def pullback_events(dlam: Expr | None, dW: Expr | None, record: bool = True, nam
                 cot[child] = contrib
         if record:
             report("rule", identity)
-    G = simplify(cot.get(dW, const(0.0, dW.shape)))
+    G = cot.get(dW, const(0.0, dW.shape))
     if G.shape != dW.shape:  # a scalar coefficient of an array variable: broadcast it
-        G = simplify(ir.mul(G, const(1.0, dW.shape)))
+        G = ir.mul(G, const(1.0, dW.shape))
+    G = settle(G)
     if record:
         final = term(G, dW)
         if final is not current:

@@ -25,7 +25,7 @@ from .errors import DeriveError, NotationWarning, ShapeError, not_in_expression,
 from .naming import definitions_in_order, shared_names
 from .ir import tree_size
 from .printing import dim_names, objective_tex, tex_name, to_latex, to_text
-from .simplify import simplify, stabilize
+from .simplify import settle, simplify, stabilize
 
 
 # ------------------------------------------------------------------ helpers
@@ -1035,7 +1035,7 @@ def _jacobian_one(expr, typed, wrt) -> Jacobian:
     primal = stabilize(typed.expr)
     user_names = {node: name for name, node in (typed.definitions or {}).items()}
     raw, rules, _ = differential(primal, wrt)
-    linear = None if raw is None else simplify(raw)
+    linear = None if raw is None else settle(raw)
     if linear is not None and linear.op == "const" and linear.attr == 0.0:
         linear = None
     return Jacobian(expr, typed, wrt, primal, raw, linear, rules, user_names)
@@ -1088,12 +1088,11 @@ def _hessian_block(d, wj, typed, symmetric=()) -> Hessian:
         half = ir.mul(ir.const(0.5), ir.add(dS, ir.T(dS)))
         raw = substitute(raw, dS, half)
         rules = list(rules) + [f"d{wj} symmetric: H[d{wj}] = H[sym(d{wj})], sym(d{wj}) = (d{wj} + d{wj}ᵀ)/2"]
-    linear = None if raw is None else simplify(raw)
+    linear = None if raw is None else settle(raw)
     if linear is not None and symmetric:
-        from .simplify import simplify_afresh
         from .symmetric import use_symmetry
 
-        linear = simplify_afresh(use_symmetry(linear, symmetric))  # (0.5*(0.5*A + 0.5*B) read as it was)
+        linear = settle(use_symmetry(linear, symmetric))  # (0.5*(0.5*A + 0.5*B) read as it was)
     if linear is not None and linear.op == "const" and linear.attr == 0.0:
         linear = None
     return Hessian(d, wj, typed, raw, linear, rules, symmetric)

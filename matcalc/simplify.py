@@ -51,12 +51,37 @@ def simplify(e: Expr) -> Expr:
     return _cache[e]
 
 
-def simplify_afresh(e: Expr) -> Expr:
-    """simplify(e) from a fresh memo: the rules reach a form, not always the last one (a sum
-    partly factored keeps its other terms as they were), and the memo takes every result
-    as final; a second pass over the result rewrites what the first left."""
-    _cache.clear()
-    return simplify(e)
+def settle(e: Expr, rounds: int = 3) -> Expr:
+    """simplify(e), then passes over the result until a pass changes nothing (at most rounds).
+    The rules reach a form, not always the last one: a sum partly factored keeps its other
+    terms as they were (A@B@X + A@B@X.T + …), and the memo takes every result as final.  A
+    pass runs every node's rules again on the result, with a memo of its own."""
+    out = _settled.get(e)
+    if out is not None:
+        return out
+    out = simplify(e)
+    for _ in range(rounds):
+        again = simplify_pass(out)
+        if again == out:
+            break
+        out = again
+    _settled[e] = _settled[out] = out
+    return out
+
+
+def simplify_pass(e: Expr) -> Expr:
+    """Every node's rules run once more over e, bottom-up, with a memo of this pass's own."""
+    memo: dict = {}
+    for node in ir.walk(e):
+        if node not in memo:
+            out = _rebuild(node, tuple(memo[a] for a in node.args))
+            if out.shape != node.shape:
+                out = s_mul(out, const(1.0, node.shape))
+            memo[node] = out
+    return memo[e]
+
+
+_settled: "weakref.WeakKeyDictionary[Expr, Expr]" = weakref.WeakKeyDictionary()
 
 
 def _rebuild(node: Expr, args) -> Expr:

@@ -553,3 +553,25 @@ def test_unvec_of_a_vec_and_the_vec_trick():
     X, A, B = rng.standard_normal((3, 4)), rng.standard_normal((3, 3)), rng.standard_normal((4, 4))
     np.testing.assert_allclose(d.function(X=X, A=A, B=B), A @ X @ B.T + A.T @ X @ B, rtol=1e-12)
     assert matcalc.derive("vec(A).T@vec(A) + mean(A)", "A").text == "1/(size(A, 0)*size(A, 1)) + 2*A"
+
+
+@pytest.mark.parametrize("expr, lam, want", [
+    # a sum partly factored kept its other terms; the memo took them as final
+    ("tr(kron(A@A.T, tanh(A.T@A)))",
+     lambda A: np.trace(np.kron(A @ A.T, np.tanh(A.T @ A))),
+     "A@(kron_sum(I, A@A.T)*(1 - tanh(A.T@A)**2) + (kron_sum(I, A@A.T)*(1 - tanh(A.T@A)**2)).T)"
+     " + (kron_blocks(I, tanh(A.T@A)).T + kron_blocks(I, tanh(A.T@A)))@A"),
+    ("sum(A) + tanh(mean(A/sqrt(softplus(A))))",  # was …**2)*1/(size(A, 0)*…
+     lambda A: A.sum() + np.tanh(np.mean(A / np.sqrt(np.logaddexp(0, A)))),
+     "(1 - tanh(mean(A/sqrt(softplus(A))))**2)/(size(A, 0)*size(A, 1)*sqrt(softplus(A))) + 1"
+     " - 0.5*(1 - tanh(mean(A/sqrt(softplus(A))))**2)*A*sigmoid(A)/(size(A, 0)*size(A, 1)*sqrt(softplus(A))**3)"),
+])
+def test_a_result_is_a_fixed_point_of_the_simplifier(expr, lam, want):
+    from matcalc.simplify import simplify_pass
+    from support.fd import central_fd_grad
+
+    d = matcalc.derive(expr, "A")
+    assert d.text == want
+    assert simplify_pass(d.gradient) == d.gradient  # one more pass over the result changes nothing
+    A = np.random.default_rng(19).standard_normal((3, 4))
+    np.testing.assert_allclose(d.function(A=A), central_fd_grad(lam, {"A": A}, "A"), rtol=1e-6, atol=1e-7)
