@@ -410,12 +410,7 @@ def derive(expr: str, wrt, shapes: dict | None = None, definitions: dict | None 
     if definitions is not None and where is not None:
         raise DeriveError("give definitions= or where=, not both")
     definitions = definitions if definitions is not None else where
-    if not isinstance(expr, str) and type(expr).__module__.startswith("sympy"):
-        # a SymPy matrix expression: matcalc text, with shapes from its MatrixSymbols
-        from .sympy_bridge import from_sympy
-
-        expr, wrt, shapes = from_sympy(expr, wrt, shapes)
-
+    expr, wrt, shapes = as_text(expr, wrt, shapes)
     symmetric = symmetric_names(symmetric)
     if form not in (None, "diag"):
         raise DeriveError(f"form must be None or 'diag', not {form!r}")
@@ -426,6 +421,16 @@ def derive(expr: str, wrt, shapes: dict | None = None, definitions: dict | None 
         typed = _typed(expr, shapes, definitions, syntax, symmetric, wrt)
         return {w: _derive_one(expr, typed, w, **options) for w in wrt}
     return _derive_one(expr, _typed(expr, shapes, definitions, syntax, symmetric, (wrt,)), wrt, **options)
+
+
+def as_text(expr, wrt, shapes):
+    """(expr, wrt, shapes) as matcalc text and names: a SymPy matrix expression becomes text,
+    with the shapes of its MatrixSymbols; anything else is returned as it is."""
+    if not isinstance(expr, str) and type(expr).__module__.startswith("sympy"):
+        from .sympy_bridge import from_sympy
+
+        return from_sympy(expr, wrt, shapes)
+    return expr, wrt, shapes
 
 
 def symmetric_names(symmetric) -> tuple:

@@ -42,12 +42,14 @@ def grammar_parser(name: str = "matcalc"):
 
 
 def _grammar_dir() -> Path:
-    """Where the .lark files are: the package matcalc.grammar once installed, else grammar/
-    beside matcalc/ (a clone's root, where the current directory's matcalc/ comes first)."""
-    try:
-        from . import grammar
-    except ImportError:
-        return Path(__file__).resolve().parent.parent / "grammar"
+    """Where the .lark files are: grammar/ beside matcalc/ where it holds them (a clone's root,
+    even when another copy of matcalc is installed), else the installed package
+    matcalc.grammar."""
+    beside = Path(__file__).resolve().parent.parent / "grammar"
+    if (beside / "matcalc.lark").is_file():
+        return beside
+    from . import grammar
+
     return Path(grammar.__file__).parent
 
 

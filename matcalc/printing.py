@@ -29,7 +29,9 @@ def fmt_number(v: float) -> str:
 def number_form(v: float):
     """A number that rounding made long, as it was meant: (p, q) for p/q with q ≤ 12
     (0.3333333333333333 is 1/3), ("log", k) for log k with k ≤ 20 (0.6931471805599453 is
-    log 2), each only where it is that float up to the last bit; else None (0.5 and 0.1 stay)."""
+    log 2), (p, q, c, e) for p/q·cᵉ with c one of π, 2π, 2 and e = ±1, ±½ (1.1283791670955126
+    is 2/√π, erf's; 0.3989422804014327 is 1/√(2π)), each only where it is that float up to
+    the last bits; else None (0.5 and 0.1 stay)."""
     if v == 0.0 or len(repr(abs(v))) <= 8 or not math.isfinite(v):
         return None
     if len(fmt_number(abs(v))) <= 8:  # 0.1 + 0.2 is 0.3 (fmt_number), not 3/10
@@ -42,24 +44,56 @@ def number_form(v: float):
     for k in range(2, 21):
         if abs(v) == math.log(k):
             return "log", k
+    for c, e in _CONSTANT_POWERS:
+        f = Fraction(abs(v) / c ** e).limit_denominator(12)
+        if f and f.numerator <= 12 and abs(float(f) * c ** e - abs(v)) <= 4e-16 * abs(v):
+            return f.numerator, f.denominator, c, e
     return None
 
 
+# (c, e) for the numbers p/q·cᵉ, in the order tried: π, 1/π, √π, 1/√π, √(2π), 1/√(2π), 1/√2, √2
+_CONSTANT_POWERS = ((math.pi, 1), (math.pi, -1), (math.pi, 0.5), (math.pi, -0.5),
+                    (2 * math.pi, 0.5), (2 * math.pi, -0.5), (2.0, -0.5), (2.0, 0.5))
+_CONSTANT_NAMES = {math.pi: ("pi", "\\pi"), 2 * math.pi: ("2*pi", "2\\pi"), 2.0: ("2", "2")}
+
+
+def _constant_parts(form, tex: bool):
+    """(numerator, denominator) texts of p/q·cᵉ; "" where there is nothing but 1."""
+    p, q, c, e = form
+    name = _CONSTANT_NAMES[c][tex]
+    power = name if abs(e) == 1 else ("\\sqrt{%s}" % name if tex else f"sqrt({name})")
+    top = [str(p)] if p != 1 else []
+    bottom = [str(q)] if q != 1 else []
+    (top if e > 0 else bottom).append(power)
+    return ("" if tex else "*").join(top) or "1", ("" if tex else "*").join(bottom)
+
+
 def number_text(v: float) -> tuple:
-    """(text, precedence) of a number: 1/3, -log(2), 2.5."""
+    """(text, precedence) of a number: 1/3, -log(2), 2.5, 2/sqrt(pi)."""
     form = number_form(v)
     if form is None:
         return fmt_number(v), (ATOM if v >= 0 else NEG)
+    if len(form) == 4:
+        top, bottom = _constant_parts(form, False)
+        if bottom and re.search(r"\*(?![^(]*\))", bottom):  # (a * outside brackets: 2*sqrt(pi))
+            bottom = f"({bottom})"
+        s = f"{top}/{bottom}" if bottom else top
+        prec = ATOM if re.fullmatch(r"\w+|sqrt\(\w+\)|sqrt\(2\*pi\)", s) else PROD
+        return ("-" + s, NEG) if v < 0 else (s, prec)
     s = f"log({form[1]})" if form[0] == "log" else f"{form[0]}/{form[1]}"
     return ("-" + s, NEG) if v < 0 else (s, ATOM if form[0] == "log" else PROD)
 
 
 def number_tex(v: float) -> str:
-    """A number in LaTeX: \\tfrac{1}{3}, -\\log(2), 2.5."""
+    """A number in LaTeX: \\tfrac{1}{3}, -\\log(2), 2.5, \\tfrac{2}{\\sqrt{\\pi}}."""
     form = number_form(v)
     if form is None:
         return fmt_number(v)
-    return ("-" if v < 0 else "") + (f"\\log({form[1]})" if form[0] == "log" else f"\\tfrac{{{form[0]}}}{{{form[1]}}}")
+    sign = "-" if v < 0 else ""
+    if len(form) == 4:
+        top, bottom = _constant_parts(form, True)
+        return sign + (f"\\tfrac{{{top}}}{{{bottom}}}" if bottom else top)
+    return sign + (f"\\log({form[1]})" if form[0] == "log" else f"\\tfrac{{{form[0]}}}{{{form[1]}}}")
 
 
 def exponent_text(v: float) -> str:

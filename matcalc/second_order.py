@@ -18,7 +18,7 @@ import warnings
 from functools import cached_property
 
 from . import ir
-from .api import MAX_TREE, _typed_any, differential_free
+from .api import MAX_TREE, _typed_any, as_text, differential_free
 from .adjoint import Step, pullback
 from .differential import differential
 from .errors import DeriveError, NotationWarning, ShapeError, not_in_expression, with_notes
@@ -947,7 +947,9 @@ def _compare(m, f, inputs, wrt, rng, h=1e-6, max_cols=24):
     fd_cols, an_cols = [], []
     for j in cols:
         step = h * max(1.0, abs(flat[j]))
-        e = direction(np.eye(n)[j])
+        e = np.zeros(n)
+        e[j] = 1.0
+        e = direction(e)
         up, dn = flat + step * e, flat - step * e
         a = dict(inputs, **{wrt: up.reshape(shape, order="F") if shape else float(up[0])})
         b = dict(inputs, **{wrt: dn.reshape(shape, order="F") if shape else float(dn[0])})
@@ -1012,12 +1014,14 @@ def _compare(m, f, inputs, wrt, rng, h=1e-6, max_cols=24):
 def jacobian(expr: str, wrt, shapes: dict | None = None, definitions: dict | None = None,
              where: dict | None = None, *, syntax: str = "matcalc"):
     """dF = J[dW] for the (vector- or matrix-valued) ``expr`` and ``wrt`` (a name or a list):
-    a Jacobian, or a dict name -> Jacobian.  A scalar ``expr`` gives the 1×N Jacobian, the
+    a Jacobian, or a dict name -> Jacobian.  ``expr`` may be a SymPy matrix expression, as
+    for ``derive``.  A scalar ``expr`` gives the 1×N Jacobian, the
     transpose of the gradient, with a NotationWarning.  ``syntax="matlab"`` reads the question
     in matrixcalculus.org's language; results print in matcalc's."""
     if definitions is not None and where is not None:
         raise DeriveError("give definitions= or where=, not both")
     definitions = definitions if definitions is not None else where
+    expr, wrt, shapes = as_text(expr, wrt, shapes)
     typed = _typed_any(expr, shapes, definitions, syntax)
     if typed.expr.shape == ir.SCALAR:
         warnings.warn(NotationWarning(
@@ -1043,7 +1047,8 @@ def _jacobian_one(expr, typed, wrt) -> Jacobian:
 
 def hessian(expr: str, wrt, shapes: dict | None = None, definitions: dict | None = None,
             where: dict | None = None, *, syntax: str = "matcalc", symmetric=None):
-    """d²λ = dW : H[dW] for the scalar ``expr``.  ``wrt`` a name: a Hessian; a list: a dict
+    """d²λ = dW : H[dW] for the scalar ``expr`` (text, or a SymPy matrix expression as for
+    ``derive``).  ``wrt`` a name: a Hessian; a list: a dict
     keyed by ordered pairs (Wi, Wj) whose block maps dWj to Wi's shape.  ``syntax="matlab"``
     reads the question in matrixcalculus.org's language; results print in matcalc's.
     ``symmetric`` names symmetric matrices, as for ``derive``: the gradient is sym(G), and a
@@ -1055,6 +1060,7 @@ def hessian(expr: str, wrt, shapes: dict | None = None, definitions: dict | None
     if definitions is not None and where is not None:
         raise DeriveError("give definitions= or where=, not both")
     definitions = definitions if definitions is not None else where
+    expr, wrt, shapes = as_text(expr, wrt, shapes)
     symmetric = symmetric_names(symmetric)
     typed = _typed_any(expr, shapes, definitions, syntax, symmetric)
     if symmetric:

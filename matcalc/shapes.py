@@ -10,6 +10,7 @@ never silently a scalar.
 from __future__ import annotations
 
 import difflib
+import math
 import numbers
 import re
 from dataclasses import dataclass, field
@@ -182,6 +183,8 @@ class _Typer:
         self.sym_shape: dict = {}     # name -> (r, c) terms
         self.sym_kind: dict = {}
         self.eyes: list = []          # (node, var) to check they got a size
+        self.identity_noted: set = set()  # I, eye with a declared shape (noted once)
+        self.eye_home: dict = {}      # id(node) of an identity in a definition -> (its root, text, name)
         self.shape: dict = {}         # id(ast node) -> (r, c)
         self.special: dict = {}       # id(ast node) -> 'inner' | 'ones'
         self.greek_noted: set = set()  # Greek names already noted as numbers added to arrays
@@ -339,12 +342,24 @@ class _Typer:
                 if kind == 1 and name.lower() in NUMBER_LIKE_NAMES:
                     self.note(node, f"{name} is a vector by the spelling of its name (lower case, not Greek); "
                                     f"if it is a number, declare it: shapes={{'{name}': ()}}, --shape {name}=scalar")
-            shape = {0: (1, 1), 1: (spec[0], 1) if spec else None, 2: tuple(spec)}[kind]
+            shape = self.declared_shape(spec)
             self.sym_shape[name] = shape
             self.sym_kind[name] = kind
         return self.sym_shape[name]
 
-    def type(self, root: Node):
+    def is_pi(self, name) -> bool:
+        """pi is the number π (NumPy's np.pi, MATLAB's pi) unless declared or defined: a
+        policy π as a vector is then declared, shapes={"pi": ("n",)}."""
+        return name == "pi" and name not in self.declared and name not in self.def_ast
+
+    @staticmethod
+    def declared_shape(spec):
+        """The typer's shape of a declared one: a number (1, 1), a vector a column."""
+        return {0: (1, 1), 1: (spec[0], 1) if spec else None, 2: tuple(spec)}[len(spec)]
+
+    def type(self, root: Node, definition: str | None = None):
+        """The shape of root, each node's in self.shape.  definition: root is the value of
+        that definition (the size of an identity in it is checked with the expression's)."""
         # iterative post-order so deep input cannot overflow the stack
         stack = [(root, False)]
         while stack:
@@ -357,14 +372,20 @@ class _Typer:
             self.current = node
             self.shape[id(node)] = self.rule(node)
         self.check_pending()
+        if definition is not None:  # its identities may take their size where it is used
+            self.eye_home.update({id(node): (root, self.source, definition) for node, _ in self.eyes
+                                  if id(node) not in self.eye_home})
+            return self.shape[id(root)]
         eyes = {id(node) for node, _ in self.eyes}
         for node, v in self.eyes:
             if isinstance(self.find(v), Var) and self.find(v) not in self._bound_vars():
-                if self._beside_numbers(root, node, eyes):  # logdet(I + X@X.T), X declared (1, d)
+                home, source, name = self.eye_home.get(id(node), (root, self.source, None))
+                if self._beside_numbers(home, node, eyes):  # logdet(I + X@X.T), X declared (1, d)
                     self.parent[self.find(v)] = 1
                     continue
-                self.fail(node, f"cannot tell the size of {self.text(node)} from its context: "
-                                "nothing else in the expression has that dimension")
+                where = "" if name is None else f"in the definition of {name} ({name} = {source[:60]}): "
+                raise ShapeError(f"{where}cannot tell the size of {source[node.start:node.end]} from its context: "
+                                 "nothing else in the expression has that dimension", source, node.start, node.end)
         return self.shape[id(root)]
 
     def _beside_numbers(self, root: Node, eye: Node, eyes: set) -> bool:
@@ -426,9 +447,21 @@ class _Typer:
             if n.value in IDENTITY_NAMES:
                 v = self.fresh()
                 self.eyes.append((n, v))
+                spec = self.declared.get(n.value)
+                if spec is not None:  # a declared shape sizes the identity; it never makes a symbol
+                    if len(spec) != 2 or not (self.unify(v, spec[0]) and self.unify(v, spec[1])):
+                        self.fail(n, f"{n.value} is the identity matrix, but it is declared to be "
+                                     f"{self.describe(self.declared_shape(spec))}; a matrix of your own "
+                                     f"needs another name than I or eye")
+                    if n.value not in self.identity_noted:
+                        self.identity_noted.add(n.value)
+                        self.note(n, f"{n.value} is the identity matrix (its declared shape sizes it); a matrix "
+                                     f"of your own needs another name than I or eye")
                 return (v, v)
             if n.value in self.def_ast:
                 return self.shape[id(self.def_ast[n.value])]
+            if self.is_pi(n.value):
+                return (1, 1)
             return self.symbol(n)
         if k == "neg":
             return kid[0]
@@ -822,6 +855,8 @@ class _Typer:
                 return self.opaque[n.value]
             if n.value in self.def_ir:
                 return self.def_ir[n.value]
+            if self.is_pi(n.value):
+                return ir.const(math.pi)
             return self.syms[n.value]
         if k == "neg":
             return ir.neg(args[0])
@@ -959,7 +994,7 @@ def typecheck(ast: Node, source: str, declared: dict | None = None,
                 raise ParseError(f"expected its value as a string, got {type(text).__name__}")
             d_ast = tree if tree is not None else parse(text)  # (parse again: its error, named)
             t.source = text
-            t.type(d_ast)  # its own text, for carets in its errors
+            t.type(d_ast, name)  # its own text, for carets in its errors
         except MatcalcError as e:  # say which definition the error is in
             raise type(e)(f"in the definition of {name} ({name} = {str(text)[:60]}): {e.message}",
                           e.source, e.start, e.end) from None
@@ -967,7 +1002,8 @@ def typecheck(ast: Node, source: str, declared: dict | None = None,
         parsed.append((name, d_ast, text))
     t.source = source
     t.type(ast)
-    unused = [k for k in (declared or {}) if k not in t.sym_shape and k not in (definitions or {})]
+    unused = [k for k in (declared or {}) if k not in t.sym_shape and k not in (definitions or {})
+              and k not in t.identity_noted]
     undeclared = [k for k in t.sym_shape if k not in (declared or {})]
     if unused and undeclared:  # a typo (w for W) would otherwise leave a shape silently undeclared
         # (with every symbol declared, nothing was meant: one dict of shapes for many questions)

@@ -281,7 +281,9 @@ def _open_brackets(flat, shape):
             inside.extend(_key_of(split_coeff(u)[1]) for u in core.args)
         elif core is not None and core.op == "frob" and any(a.op == "add" for a in core.args):
             i = 0 if core.args[0].op == "add" else 1  # (C + D):Y = C:Y + D:Y
-            parts = [s_frob(u, core.args[1]) if i == 0 else s_frob(core.args[0], u) for u in core.args[i].args]
+            whole = core.args[i].shape  # (a broadcast term counts as the array it spreads to: (C + β):Y)
+            terms = [u if u.shape == whole else s_mul(u, const(1.0, whole)) for u in core.args[i].args]
+            parts = [s_frob(u, core.args[1]) if i == 0 else s_frob(core.args[0], u) for u in terms]
             opened.extend(scale(c, u) for u in parts)
             inside.extend(_key_of(split_coeff(u)[1]) for u in parts)
         else:
@@ -726,6 +728,8 @@ def s_T(a: Expr) -> Expr:
         sc, arr = _split_scalars(a)
         if sc:
             return s_mul(*sc, s_T(arr))
+        if sum(_tcost(f) for f in a.args) < 1 + sum(f.op == "T" for f in a.args):
+            return s_mul(*[s_T(f) for f in a.args])  # (Aᵀ∘Bᵀ)ᵀ = A∘B, (Aᵀ∘B)ᵀ = A∘Bᵀ
     if a.op == "matmul":  # (ABᵀC)ᵀ = CᵀBAᵀ when that has no more transposes (a flat chain reads better)
         fs = ir.chain_factors(a)
         if sum(_tcost(f) for f in fs) <= 1 + sum(f.op == "T" for f in fs):
@@ -883,14 +887,18 @@ def s_pow(a: Expr, k: Expr) -> Expr:
 def s_frob(a: Expr, b: Expr) -> Expr:
     if is_zero(a) or is_zero(b):
         return const(0.0)
-    if a.shape == SCALAR:
-        return s_mul(a, b)
+    if a.shape == SCALAR or b.shape == SCALAR:  # a number spread over the other's shape: β:X = β sum(X)
+        return s_mul(a, b) if a.shape == b.shape else s_mul(*((a, s_func("sum", b)) if a.shape == SCALAR
+                                                               else (b, s_func("sum", a))))
     if a.op == "const":
         return s_mul(const(a.attr), s_func("sum", b))
     if b.op == "const":
         return s_mul(const(b.attr), s_func("sum", a))
     if a.op == "eye" or b.op == "eye":  # X:I = tr(X)
         return s_func("tr", b if a.op == "eye" else a)
+    for x, y in ((a, b), (b, a)):  # (β1):X = β sum(X)
+        if (beta := _spread_number(x)) is not None:
+            return s_mul(beta, s_func("sum", y))
     for i, x in enumerate((a, b)):  # (-A):B = -(A:B): the minus outside, where terms meet
         if x.op == "mul" and x.args[0].op == "const" and x.args[0].attr == -1.0 and x.args[0].shape == SCALAR:
             rest = x.args[1] if len(x.args) == 2 else Expr("mul", x.args[1:], None, x.shape)
@@ -899,8 +907,38 @@ def s_frob(a: Expr, b: Expr) -> Expr:
     return Expr("frob", (a, b), None, SCALAR)
 
 
+def _fold_blocks(name: str, C: Expr, M: Expr, shape):
+    """The adjoints of a Kronecker product, kron_sum(C, A) = Σᵢⱼ Aᵢⱼ C₍ᵢⱼ₎ and
+    kron_blocks(C, B)ᵢⱼ = C₍ᵢⱼ₎ : B (C₍ᵢⱼ₎ C's block (i, j), of the result's shape for
+    kron_sum, of B's for kron_blocks), where C's blocks are known: C = I (square blocks, so
+    C₍ᵢⱼ₎ = δᵢⱼ I) gives tr(A) I and tr(B) I, C = c1 gives c sum(A) 1 and c sum(B) 1,
+    C = P⊗Q gives (A:P) Q and (Q:B) P; numbers in C come out.  None otherwise."""
+    sc, C = _split_scalars(C)
+    if C.shape != (ir.dim_mul(M.shape[0], shape[0]), ir.dim_mul(M.shape[1], shape[1])) if name == "kron_sum" \
+            else C.shape != (ir.dim_mul(shape[0], M.shape[0]), ir.dim_mul(shape[1], M.shape[1])):
+        return None  # (a broadcast number: left as it is)
+    out = None
+    if C.op == "eye" and M.shape[0] == M.shape[1] and shape[0] == shape[1]:
+        out = s_mul(s_func("tr", M), ir.eye(shape[0]))
+    elif C.op == "const":
+        out = s_mul(const(C.attr), s_func("sum", M), const(1.0, shape))
+    elif C.op == "kron":
+        P, Q = C.args
+        if name == "kron_sum" and P.shape == M.shape and Q.shape == shape:
+            out = s_mul(s_frob(M, P), Q)
+        elif name == "kron_blocks" and Q.shape == M.shape and P.shape == shape:
+            out = s_mul(s_frob(Q, M), P)
+    if out is None:
+        return None
+    return s_mul(*sc, out) if sc else out
+
+
 def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
     op = REGISTRY[name]
+    if more and name in ("kron_sum", "kron_blocks"):
+        folded = _fold_blocks(name, a, more[0], attr)
+        if folded is not None:
+            return folded
     if more:
         return ir.func(name, a, *more, attr=attr)
     if a.op == "const" and op.fold is not None:
@@ -953,6 +991,9 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
     if name == "sum" and attr is not None and (outer := _outer_factors(a, ones=True)) is not None:
         u, v = outer  # an outer product u vᵀ (c1 1ᵀ too): along its rows u sum(v), along its columns sum(u) vᵀ
         return s_mul(u, s_func("sum", v)) if attr == 1 else s_mul(s_func("sum", u), v)
+    if name in ("sum", "tr") and attr is None and a.op == "kron" and (name == "sum" or all(
+            m.shape[0] == m.shape[1] for m in a.args)):  # sum(A⊗B) = sum(A) sum(B), tr(A⊗B) = tr(A) tr(B)
+        return s_mul(*[s_func(name, m) for m in a.args])
     if name == "sum" and attr is None and a.op == "sum" and a.attr is not None:  # sum(sum(X, 1)) = sum(X)
         return s_func("sum", a.args[0])
     if name == "sum" and attr is not None and a.op == "T" and a.shape[0] != 1 and a.shape[1] != 1:

@@ -415,6 +415,9 @@ class _FromSympy:
     def text(self, e) -> str:  # noqa: C901 - one branch per node type
         from sympy.matrices.expressions.hadamard import HadamardPower
 
+        if isinstance(e, (sp.MatrixSymbol, sp.Symbol)) and e.name in ("I", "eye") and e not in self.bound:
+            raise DeriveError(f"the symbol {e.name} would read as matcalc's identity matrix: give it another "
+                              f"name (SymPy's own identity is Identity(n))")
         if isinstance(e, sp.MatrixSymbol):
             name = e.name
             r, c = (self.dim(d) for d in e.shape)
@@ -433,6 +436,8 @@ class _FromSympy:
             return f"{e.p}/{e.q}" if e.p > 0 else f"(-{-e.p}/{e.q})"
         if e in (sp.E,):
             return "exp(1.0)"
+        if e is sp.pi:
+            return "pi"
         if isinstance(e, sp.Identity):
             return "I"
         if isinstance(e, sp.OneMatrix):  # a column 1, a row 1.T; a matrix only in a product (chain)
@@ -473,6 +478,19 @@ class _FromSympy:
             if k.is_Integer and k < 0:
                 return "inv(" + "@".join([_wrap(self.text(base))] * int(-k)) + ")"
             self.unknown(e)
+        from sympy.matrices.expressions.diagonal import DiagMatrix, DiagonalOf
+
+        if isinstance(e, sp.KroneckerProduct):
+            out = _wrap(self.text(e.args[-1]))
+            for a in reversed(e.args[:-1]):
+                out = f"kron({self.text(a)}, {out})"
+            return out
+        if isinstance(e, DiagMatrix):
+            return f"Diag({self.text(e.args[0])})"
+        if isinstance(e, DiagonalOf):
+            return f"diag({self.text(e.args[0])})"
+        if isinstance(e, sp.Adjoint):  # (real matrices: the transpose)
+            return f"{_wrap(self.text(e.arg))}.T"
         if isinstance(e, sp.Determinant):
             return f"det({self.text(e.arg)})"
         if isinstance(e, sp.Trace):

@@ -557,10 +557,11 @@ def test_unvec_of_a_vec_and_the_vec_trick():
 
 @pytest.mark.parametrize("expr, lam, want", [
     # a sum partly factored kept its other terms; the memo took them as final
-    ("tr(kron(A@A.T, tanh(A.T@A)))",
-     lambda A: np.trace(np.kron(A @ A.T, np.tanh(A.T @ A))),
-     "A@(kron_sum(I, A@A.T)*(1 - tanh(A.T@A)**2) + (kron_sum(I, A@A.T)*(1 - tanh(A.T@A)**2)).T)"
-     " + (kron_blocks(I, tanh(A.T@A)).T + kron_blocks(I, tanh(A.T@A)))@A"),
+    ("norm2(A.T@y) + vec(A@X@A.T).T@vec(A@A.T) + det(inv(A@A.T + alpha*I))",  # was … + A@A.T@A@X.T + A@A.T@A@X
+     lambda A: (np.linalg.norm(A.T @ Y19) + np.sum((A @ X19 @ A.T) * (A @ A.T))
+                + np.linalg.det(np.linalg.inv(A @ A.T + 0.7 * np.eye(3)))),
+     "(A@(X + X.T)@A.T - 2*det(inv(A@A.T + alpha*I))*inv(A@A.T + alpha*I))@A + A@A.T@A@(X.T + X)"
+     " + y@y.T@A/norm2(A.T@y)"),
     ("sum(A) + tanh(mean(A/sqrt(softplus(A))))",  # was …**2)*1/(size(A, 0)*…
      lambda A: A.sum() + np.tanh(np.mean(A / np.sqrt(np.logaddexp(0, A)))),
      "(1 - tanh(mean(A/sqrt(softplus(A))))**2)/(size(A, 0)*size(A, 1)*sqrt(softplus(A))) + 1"
@@ -570,8 +571,14 @@ def test_a_result_is_a_fixed_point_of_the_simplifier(expr, lam, want):
     from matcalc.simplify import simplify_pass
     from support.fd import central_fd_grad
 
-    d = matcalc.derive(expr, "A")
+    d = matcalc.derive(expr, "A", shapes={"X": ("b", "b")})
     assert d.text == want
     assert simplify_pass(d.gradient) == d.gradient  # one more pass over the result changes nothing
     A = np.random.default_rng(19).standard_normal((3, 4))
-    np.testing.assert_allclose(d.function(A=A), central_fd_grad(lam, {"A": A}, "A"), rtol=1e-6, atol=1e-7)
+    others = {k: v for k, v in {"X": X19, "y": Y19, "alpha": 0.7}.items() if k in d.function.params}
+    np.testing.assert_allclose(d.function(A=A, **others), central_fd_grad(lam, {"A": A}, "A"),
+                               rtol=1e-6, atol=1e-7)
+
+
+X19 = np.random.default_rng(20).standard_normal((4, 4))
+Y19 = np.random.default_rng(21).standard_normal(3)

@@ -1,0 +1,175 @@
+"""Questions as users of other tools write them (matrixcalculus.org's MATLAB syntax, SymPy's
+matrix expressions, NumPy's pi), and wrong numbers found by probing: each against a closed
+form or central differences."""
+import warnings
+
+import numpy as np
+import pytest
+import sympy as sp
+
+import matcalc
+from support.fd import central_fd_grad
+
+RNG = np.random.default_rng(31)
+
+
+def quiet(fn, *a, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fn(*a, **kw)
+
+
+# ---- wrong numbers
+
+@pytest.mark.parametrize("expr, wrt, lam", [
+    # like terms x:(y + β) + x:(y + β) were opened into x:y + x:β, β a number: x:β taken entry by entry
+    ("(x:(y + beta))*(x:(y + beta))", "beta", lambda x, y, beta: (x @ (y + beta)) ** 2),
+    ("(x:(y + beta))*(x:(y + beta))", "x", lambda x, y, beta: (x @ (y + beta)) ** 2),
+    ("(x:(y + beta))*beta + beta*(x:(y + beta))", "beta", lambda x, y, beta: 2 * beta * (x @ (y + beta))),
+    ("x:(beta - y)*(x:(beta - y))", "y", lambda x, y, beta: (x @ (beta - y)) ** 2),
+])
+def test_a_repeated_product_with_a_spread_number(expr, wrt, lam):
+    vals = {"x": np.array([1.0, 2.0, 3.0]), "y": np.array([0.5, -1.0, 2.0]), "beta": 0.5}
+    d = quiet(matcalc.derive, expr, wrt)
+    np.testing.assert_allclose(d.function(**vals), central_fd_grad(lam, vals, wrt), rtol=1e-7)
+    back = quiet(matcalc.jacobian, f"{d.text} + 0*{wrt}", wrt).value_function(**vals)  # (x:β did not read back)
+    np.testing.assert_allclose(back, d.function(**vals), rtol=1e-12)
+
+
+def test_a_repeated_matrix_product_with_a_spread_number():
+    B = np.arange(6.0).reshape(2, 3)
+    d = quiet(matcalc.derive, "sum(B*(B + beta))*sum(B*(B + beta))", "B")
+    want = 2 * np.sum(B * (B + 0.5)) * (2 * B + 0.5)
+    np.testing.assert_allclose(d.function(B=B, beta=0.5), want, rtol=1e-12)
+
+
+def _entropy(p):
+    s = np.exp(p - p.max())
+    s /= s.sum()
+    return s @ np.log(s)
+
+
+@pytest.mark.parametrize("expr", ["softmax(p).T@log(softmax(p))", "softmax(p):log(softmax(p))",
+                                  "softmax(p).T@(p - logsumexp(p))"])
+def test_the_entropy_of_a_softmax_in_its_own_argument(expr):
+    # softmax(p):logsumexp(p), a vector with a number, was emitted as a vector (NumPy) or
+    # refused (torch, jax: matmul of a 0-d array); the Hessian raised an internal error
+    p = np.array([0.5, -1.0, 2.0])
+    s = np.exp(p) / np.exp(p).sum()
+    closed = s * (np.log(s) - s @ np.log(s))  # d(sᵀ log s) = (log s + 1):ds, ds = (Diag(s) - s sᵀ)dp
+    d = matcalc.derive(expr, "p")
+    np.testing.assert_allclose(d.function(p=p), closed, rtol=1e-12)
+    h = matcalc.hessian(expr, "p")
+    H = h.matrix(p=p)
+    fd = np.array([(matcalc.derive(expr, "p").function(p=p + 1e-6 * e) - d.function(p=p - 1e-6 * e)) / 2e-6
+                   for e in np.eye(3)]).T
+    np.testing.assert_allclose(H, fd, rtol=1e-5, atol=1e-8)
+
+
+def test_matlab_transpose_and_power_are_one_level_left_to_right():
+    # X.^2' is (X.^2)' in MATLAB; it was read X.^(2')
+    X, A = RNG.standard_normal((3, 3)), RNG.standard_normal((3, 3))
+    d = matcalc.derive("tr(X.^2'*A)", "X", syntax="matlab")
+    np.testing.assert_allclose(d.function(X=X, A=A), 2 * A * X, rtol=1e-12)  # tr((X∘X)ᵀA) = (X∘X):A
+    d = matcalc.derive("tr(X'.^2*A)", "X", syntax="matlab")
+    np.testing.assert_allclose(d.function(X=X, A=A), 2 * A * X, rtol=1e-12)  # (Xᵀ∘Xᵀ):Aᵀ... = (X∘X):A
+    x, y = RNG.standard_normal(4), RNG.standard_normal(4)
+    d = matcalc.derive("x.^2'*y", "x", syntax="matlab")
+    assert d.text == "2*y.*x"
+    np.testing.assert_allclose(d.function(x=x, y=y), 2 * x * y, rtol=1e-12)
+
+
+# ---- the identity, pi and other names
+
+def test_a_shape_declared_for_I_sizes_the_identity_and_says_so():
+    with pytest.warns(matcalc.NotationWarning, match="I is the identity matrix"):
+        d = matcalc.derive("tr(I@X)", "X", shapes={"I": ("n", "n"), "X": ("n", "n")})
+    assert d.text == "I"
+    with pytest.raises(matcalc.MatcalcError, match="identity matrix, but it is declared to be of shape n×m"):
+        matcalc.derive("tr(I@X)", "X", shapes={"I": ("n", "m"), "X": ("n", "n")})
+    n = sp.Symbol("n")
+    with pytest.raises(matcalc.MatcalcError, match="would read as matcalc's identity"):
+        matcalc.derive(sp.Trace(sp.MatrixSymbol("I", n, n) * sp.MatrixSymbol("X", n, n)), "X")
+
+
+def test_pi_is_the_number_unless_declared():
+    x = RNG.standard_normal(4)
+    d = matcalc.derive("sum(x**2)/(2*pi)", "x")
+    np.testing.assert_allclose(d.function(x=x), x / np.pi, rtol=1e-14)
+    assert d.text == "1/pi*x"
+    back = matcalc.derive(f"({d.text}):x/2", "x")  # the text reads back with pi the number
+    np.testing.assert_allclose(back.function(x=x), x / np.pi, rtol=1e-14)
+    d = matcalc.derive("sum(pi*log(pi))", "pi", shapes={"pi": ("n",)})  # a policy π, declared
+    p = np.array([0.2, 0.3, 0.5])
+    np.testing.assert_allclose(d.function(pi=p), np.log(p) + 1, rtol=1e-14)
+    with pytest.raises(matcalc.MatcalcError, match="pi is the number π unless its shape is declared"):
+        matcalc.derive("sum(pi*x)", "pi")
+    d = matcalc.derive(sp.pi * sp.Trace(sp.MatrixSymbol("X", 3, 3)), "X")
+    np.testing.assert_allclose(d.function(X=np.zeros((3, 3))), np.pi * np.eye(3), rtol=1e-14)
+
+
+@pytest.mark.parametrize("expr, text, latex", [
+    ("sum(erf(x))", "2/sqrt(pi)*exp(-x**2)", "\\tfrac{2}{\\sqrt{\\pi}}"),
+    ("sum(exp(-x**2/2)/sqrt(2*pi))", "-1/sqrt(2*pi)*exp(-0.5*x**2)*x", "\\tfrac{1}{\\sqrt{2\\pi}}"),
+    ("sum(x)/sqrt(2)", "1/sqrt(2)", "\\tfrac{1}{\\sqrt{2}}"),
+])
+def test_numbers_of_pi_and_square_roots_print_as_written(expr, text, latex):
+    d = matcalc.derive(expr, "x")
+    assert d.text == text and latex in d.latex
+    x = RNG.standard_normal(3)
+    back = matcalc.jacobian(f"{d.text} + 0*x", "x")  # the text reads back to the same numbers
+    np.testing.assert_allclose(np.broadcast_to(back.value_function(x=x), (3,)), d.function(x=x), rtol=1e-14)
+
+
+def test_a_definition_may_be_the_identity():
+    A = RNG.standard_normal((3, 3))
+    d = matcalc.derive("tr(Q@A) + sum(R*A)", "A", definitions={"Q": "I", "R": "2*I + Q"})
+    np.testing.assert_allclose(d.function(A=A), 4 * np.eye(3), rtol=1e-14)
+    with pytest.raises(matcalc.MatcalcError, match="in the definition of Q .*cannot tell the size of I"):
+        matcalc.derive("sum(A) + sum(Q)", "A", definitions={"Q": "I"})
+
+
+# ---- SymPy input everywhere, and more of its nodes
+
+def test_hessian_and_jacobian_take_sympy_expressions():
+    n = sp.Symbol("n")
+    x, M = sp.MatrixSymbol("x", n, 1), sp.MatrixSymbol("M", n, n)
+    Mv, xv = RNG.standard_normal((3, 3)), RNG.standard_normal(3)
+    np.testing.assert_allclose(matcalc.hessian((x.T * M * x)[0, 0], x).matrix(M=Mv, x=xv), Mv + Mv.T, rtol=1e-14)
+    np.testing.assert_allclose(matcalc.jacobian(M * x, x).matrix(M=Mv, x=xv), Mv, rtol=1e-14)
+
+
+def test_sympy_kronecker_diagonal_and_adjoint_nodes():
+    n, m = sp.Symbol("n"), sp.Symbol("m")
+    A, X, x = sp.MatrixSymbol("A", n, n), sp.MatrixSymbol("X", m, m), sp.MatrixSymbol("x", m, 1)
+    Av, Xv, xv = RNG.standard_normal((2, 2)), RNG.standard_normal((3, 3)), RNG.standard_normal(3)
+    d = matcalc.derive(sp.Trace(sp.KroneckerProduct(A, X)), X)  # tr(A⊗X) = tr(A) tr(X)
+    np.testing.assert_allclose(d.function(A=Av, X=Xv), np.trace(Av) * np.eye(3), rtol=1e-14)
+    d = matcalc.derive(sp.Trace(sp.DiagMatrix(x) * X), x)  # Σ xᵢ Xᵢᵢ
+    np.testing.assert_allclose(d.function(x=xv, X=Xv), np.diag(Xv), rtol=1e-14)
+    d = matcalc.derive(sp.Trace(sp.Adjoint(X) * X), X)  # real: tr(XᵀX)
+    np.testing.assert_allclose(d.function(X=Xv), 2 * Xv, rtol=1e-14)
+
+
+# ---- the adjoints of a Kronecker product where its blocks are known
+
+@pytest.mark.parametrize("expr, wrt, text, closed", [
+    ("tr(kron(A, X))", "X", "tr(A)*I", lambda A, X: np.trace(A) * np.eye(3)),
+    ("tr(kron(A, X))", "A", "tr(X)*I", lambda A, X: np.trace(X) * np.eye(2)),
+    ("sum(kron(A, X))*tr(X)", "A", "tr(X)*sum(X)*1", lambda A, X: np.trace(X) * X.sum() * np.ones((2, 2))),
+    ("sum(kron(A, X))*tr(X)", "X", "sum(A)*(sum(X)*I + tr(X)*1)",
+     lambda A, X: A.sum() * (X.sum() * np.eye(3) + np.trace(X) * np.ones((3, 3)))),
+])
+def test_kronecker_adjoints_fold(expr, wrt, text, closed):
+    shapes = {"A": ("n", "n"), "X": ("m", "m")}
+    d = matcalc.derive(expr, wrt, shapes=shapes)
+    assert d.text == text
+    A, X = RNG.standard_normal((2, 2)), RNG.standard_normal((3, 3))
+    np.testing.assert_allclose(d.function(A=A, X=X), closed(A, X), rtol=1e-12)
+
+
+def test_a_transposed_product_of_transposes():
+    X, A = RNG.standard_normal((3, 3)), RNG.standard_normal((3, 3))
+    d = matcalc.derive("tr(X.T**2@A)", "X")
+    assert d.text == "2*A*X"  # was 2*(A.T*X.T).T
+    np.testing.assert_allclose(d.function(X=X, A=A), 2 * A * X, rtol=1e-12)
