@@ -72,6 +72,16 @@ def matlab_kind(name: str) -> int:
 class MatlabTyper(_Typer):
     """Typing of the MATLAB constructs: decides what each ``*``, ``/`` and ``^`` is."""
 
+    spelled = {**_Typer.spelled, "dot": "write x'*y", "inner": "write x'*y", "outer": "write x*y'",
+               "transpose": "write A'", "matmul": "write A*B", "square": "write x.^2", "pow": "write x.^k",
+               "power": "write x.^k", "var": "write mean((x - mean(x)).^2)",
+               "cross_entropy": "write -y'*log(softmax(z))", "ones": "vector(1) and matrix(1) are all ones, "
+               "sized by what they meet (x - vector(1))", "zeros": "write 0 (it takes the other side's shape)",
+               "eye": "the identity is I (or eye), without a size: it takes its size from what it meets "
+               "(I + X*X')", "identity": "the identity is I, sized by what it meets",
+               "solve": "write inv(A)*B: matcalc computes it as a solve",
+               "numel": "write size(X, 1)*size(X, 2)", "length": "write size(x, 1)"}
+
     def __init__(self, source, declared):
         super().__init__(source, declared)
         self.mspecial: dict = {}  # id(ast node) -> how a MATLAB operator was read

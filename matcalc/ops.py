@@ -379,17 +379,17 @@ elementwise("sinh", lambda x, y: _ir().func("cosh", x), "d sinh(X) = cosh(X)∘d
 elementwise("arcsin", lambda x, y: _ir().div(_c(1.0), _ir().func("sqrt", _minus(_c(1.0), _sq(x)))),
             "d arcsin(X) = dX⊘sqrt(1 − X²)", math.asin, "np.arcsin({0})", latex="\\arcsin",
             letter="u", in_place=True, domain="unit_interval",
-            torch="torch.asin({0})", jax="jnp.arcsin({0})",
+            torch="torch.asin({0})", jax="jnp.arcsin({0})", aliases=("asin",),
             sympy=lambda t: _sp().asin(t))
 elementwise("arccos", lambda x, y: _ir().div(_c(-1.0), _ir().func("sqrt", _minus(_c(1.0), _sq(x)))),
             "d arccos(X) = −dX⊘sqrt(1 − X²)", math.acos, "np.arccos({0})", latex="\\arccos",
             letter="u", in_place=True, domain="unit_interval",
-            torch="torch.acos({0})", jax="jnp.arccos({0})",
+            torch="torch.acos({0})", jax="jnp.arccos({0})", aliases=("acos",),
             sympy=lambda t: _sp().acos(t))
 elementwise("arctan", lambda x, y: _ir().div(_c(1.0), _ir().add(_c(1.0), _sq(x))),
             "d arctan(X) = dX⊘(1 + X²)", math.atan, "np.arctan({0})", latex="\\arctan", letter="u",
             in_place=True,
-            torch="torch.atan({0})", jax="jnp.arctan({0})",
+            torch="torch.atan({0})", jax="jnp.arctan({0})", aliases=("atan",),
             sympy=lambda t: _sp().atan(t))
 elementwise("sigmoid", lambda x, y: _ir().mul(y, _minus(_c(1.0), y)), "d σ(X) = σ(X)∘(1 − σ(X))∘dX",
             _sigmoid_num, "_sigmoid({0})", latex="\\sigma", letter="s", helpers=("_sigmoid",),

@@ -125,7 +125,8 @@ def parse(source: str, syntax: str = "matcalc") -> Node:
         if tok.type == "RPAR":
             msg += " (unbalanced parentheses, or an operand is missing)"
         elif tok.type in ("NAME", "NUMBER", "LPAR"):
-            msg += " (an operator is missing: write products with *, ∘ or @)"
+            msg += (" (an operator is missing: write products with *, ∘ or @)" if syntax != "matlab" else
+                    " (an operator is missing: write products with * (matrix) or .* (entry by entry))")
         raise ParseError(msg, source, pos, pos + max(1, len(str(tok)))) from None
     except lark.exceptions.UnexpectedInput as e:  # pragma: no cover - other lark failures
         pos = getattr(e, "pos_in_stream", 0) or 0
@@ -293,6 +294,9 @@ def _dot_hint(source: str, pos: int) -> str:
         if spelled and not spelled[0].isalpha():
             return f" (write {spelled} for {chain}, without the {prefix}. prefix)"
         return f" (write {spelled or name or 'the function'}(...) without the {prefix}. prefix)"
+    if nxt == "(" and j < pos:  # Julia's broadcast f.(x)
+        return (f" ({source[j:pos]}.(...) is Julia's broadcast; here functions act entry by entry already: "
+                f"write {source[j:pos]}(...))")
     method = _METHODS.get(source[pos + 1:k])
     if method and (j < pos or source[:pos].rstrip().endswith(")")):
         return f" ({(source[j:k] if j < pos else '(...).' + source[pos + 1:k])} is NumPy's; in matcalc {method})"

@@ -513,7 +513,14 @@ class _LinearMap:
         """The dense matrix, (entries of the result) × (entries of dW), column-major vec order."""
         import numpy as np
 
-        out = self._gf(**values)
+        try:
+            out = self._gf(**values)
+        except MemoryError:
+            from .errors import OutOfMemory
+
+            use = "jvp and vjp" if self.kind == "jacobian" else "hvp"
+            raise OutOfMemory(f"the dense {self.kind} at these sizes does not fit in memory: {use} apply it "
+                              f"without forming it") from None
         return np.asarray(out, dtype=float)
 
     def _apply(self, key, V, values, in_shape, out_shape, what, like=None):

@@ -33,7 +33,8 @@ _SPELLED = {"solve": "write inv(A)@B: matcalc computes it as a solve", "log_soft
             "write log(softmax(z)), which matcalc computes as z - logsumexp(z)", "logsoftmax":
             "write log(softmax(z)), which matcalc computes as z - logsumexp(z)", "outer": "write x@y.T",
             "dot": "write x.T@y or x:y", "trace": "write tr(A)", "transpose": "write A.T",
-            "maximum": "write relu(x - y) + y", "square": "write x**2", "norm": "write norm2(x)",
+            "maximum": "write relu(x - y) + y", "square": "write x**2",
+            "norm": "write norm2(x), the 2-norm (Frobenius for a matrix); norm(x, 1) is norm1(x)",
             "max": "max(0, z) is relu(z), max(x, y) is relu(x - y) + y",
             "min": "min(0, z) is -relu(-z), min(x, y) is x - relu(x - y)",
             "minimum": "write x - relu(x - y)", "pow": "write x**k", "power": "write x**k",
@@ -42,7 +43,13 @@ _SPELLED = {"solve": "write inv(A)@B: matcalc computes it as a solve", "log_soft
             "σ": "write sigmoid(z)", "cross_entropy": "write -y:log(softmax(z))", "clip": "matcalc has "
             "no clip; relu(x) clips at 0", "eye": "the identity is I (or eye), without a size: it takes "
             "its size from what it meets (I + X@X.T, W@I)", "identity": "the identity is I, sized by what it meets",
-            "zeros": "write 0 (beside +, - or : it takes the other side's shape)"}
+            "zeros": "write 0 (beside +, - or : it takes the other side's shape)",
+            "expm": "matcalc has no matrix exponential; exp(X) is entry by entry",
+            "logm": "matcalc has no matrix logarithm; log(X) is entry by entry (logdet(X) = tr(logm(X)))",
+            "sqrtm": "matcalc has no matrix square root; sqrt(X) is entry by entry",
+            "log10": "write log(x)/log(10)", "log2": "write log(x)/log(2)",
+            "leaky_relu": "write relu(z) - a*relu(-z)", "numel": "write size(X, 0)*size(X, 1)",
+            "length": "write size(x, 0)", "elu": "matcalc has no elu; relu, softplus, gelu and silu are built in"}
 
 def _is_name(s: str) -> bool:
     """A name as the grammar reads one (n, d_in, λ; not ³, ① or xᵀ): dimensions and definitions."""
@@ -186,7 +193,7 @@ class _Typer:
         self.identity_noted: set = set()  # I, eye with a declared shape (noted once)
         self.eye_home: dict = {}      # id(node) of an identity in a definition -> (its root, text, name)
         self.shape: dict = {}         # id(ast node) -> (r, c)
-        self.special: dict = {}       # id(ast node) -> 'inner' | 'ones'
+        self.special: dict = {}       # id(ast node) -> 'inner' | 'vecmat' | 'ones'
         self.greek_noted: set = set()  # Greek names already noted as numbers added to arrays
         self.attrs: dict = {}         # id(call node) -> its integer parameter (an axis, a power)
         self.pending: list = []       # product dimensions still to be decided
@@ -321,6 +328,8 @@ class _Typer:
 
     def fail(self, node: Node, message: str):
         raise ShapeError(message, self.source, node.start, node.end)
+
+    spelled = _SPELLED  # unknown function -> how to write it (in this syntax)
 
     # ---- typing
     def kind_of(self, name: str) -> int:
@@ -749,6 +758,9 @@ class _Typer:
             self.special[id(n)] = "inner"
             return (1, 1)
         if not self.unify(ca, rb) and not self.eye_one(ca, rb):
+            if ca == 1 and ra != 1 and cb != 1 and n.value == "@" and self.unify(ra, rb):
+                self.special[id(n)] = "vecmat"  # x@A of a vector x: xᵀA as a vector (NumPy's 1-D x@A), Aᵀx
+                return (sb[1], 1)
             hint = ""
             if self.is_scalar(sa) or self.is_scalar(sb):
                 greek = self.default_scalar_hint(b)  # (X@theta: a column fits; theta@X needs a row)
@@ -762,7 +774,8 @@ class _Typer:
         op = _USER.get(name)
         if op is None:
             close = difflib.get_close_matches(name, sorted(FUNCTIONS), n=1)
-            hint = f" ({_SPELLED[name]})" if name in _SPELLED else f" (did you mean {close[0]}?)" if close else ""
+            spelled = self.spelled.get(name)
+            hint = f" ({spelled})" if spelled else f" (did you mean {close[0]}?)" if close else ""
             if not hint and (name in self.declared or self.source.count(name) > 1 and re.search(
                     rf"(?<![\w.]){re.escape(name)}(?!\s*\()", self.source)):  # W(1, 1) of a matrix W
                 hint = f" ({name} is a variable: matcalc has no indexing, it works with whole arrays)"
@@ -872,6 +885,8 @@ class _Typer:
                 return ir.div(a, b)
             if self.special.get(id(n)) == "inner":
                 return ir.matmul(ir.T(a), b)
+            if self.special.get(id(n)) == "vecmat":
+                return ir.matmul(ir.T(b), a)
             return ir.matmul(a, b)
         if k == "frob":
             return ir.frob(*args)

@@ -14,14 +14,24 @@ from .ir import Expr
 @dataclass(frozen=True)
 class Step:
     """One line of the derivation: ``dλ = before`` becomes ``dλ = after`` by ``identity``.
-    ``expanded`` holds the named nodes written out in full from this step on."""
+    ``expanded`` holds the named nodes written out in full from this step on.  A line that
+    writes a name out (z = W@x) keeps its texts as functions, typeset only when shown: a
+    derivation wrt many weights has many such lines, most never read."""
 
     before: Expr
     after: Expr
-    identity: str
+    written: object  # the identity's text, or a function giving it
     expanded: frozenset = frozenset()
-    identity_latex: str = ""
+    written_latex: object = ""
     minor: bool = False
+
+    @property
+    def identity(self) -> str:
+        return self.written if isinstance(self.written, str) else self.written()
+
+    @property
+    def identity_latex(self) -> str:
+        return self.written_latex if isinstance(self.written_latex, str) else self.written_latex()
 
     @property
     def text(self) -> str:
@@ -60,9 +70,21 @@ def build_steps(events, names: dict) -> list:
             shown = {k: v for k, v in names.items() if k not in expanded and k is not node}
             expanded = expanded | {node}
             label = str(names[node])
-            add(current, f"{label} = {to_text(node, shown)}",
-                f"{to_latex(node, {node: names[node]})} = {to_latex(node, shown)}", False, expanded)
+            add(current, _once(lambda node=node, shown=shown, label=label: f"{label} = {to_text(node, shown)}"),
+                _once(lambda node=node, shown=shown: f"{to_latex(node, {node: names[node]})} = {to_latex(node, shown)}"),
+                False, expanded)
             continue
         idn = ev.identity
         add(ev.state, idn.text, idn.latex, idn.minor, expanded)
     return steps
+
+
+def _once(fn):
+    """fn, computed on the first call and kept."""
+    memo = []
+
+    def get():
+        if not memo:
+            memo.append(fn())
+        return memo[0]
+    return get

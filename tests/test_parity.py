@@ -173,3 +173,55 @@ def test_a_transposed_product_of_transposes():
     d = matcalc.derive("tr(X.T**2@A)", "X")
     assert d.text == "2*A*X"  # was 2*(A.T*X.T).T
     np.testing.assert_allclose(d.function(X=X, A=A), 2 * A * X, rtol=1e-12)
+
+
+# ---- NumPy's, Julia's, MATLAB's and SymPy's spellings
+
+def test_a_1d_vector_on_the_left_of_a_matrix_is_numpys_x_at_A():
+    A, x, y = RNG.standard_normal((4, 4)), RNG.standard_normal(4), RNG.standard_normal(4)
+    d = matcalc.derive("x @ A @ x", "x")  # NumPy: x@A of a 1-D x is xᵀA
+    np.testing.assert_allclose(d.function(A=A, x=x), (A + A.T) @ x, rtol=1e-12)
+    W, b = RNG.standard_normal((4, 3)), RNG.standard_normal(3)
+    d = matcalc.derive("sum(exp(x@W + b))", "W", shapes={"b": ("m",)})
+    np.testing.assert_allclose(d.function(W=W, x=x, b=b), np.outer(x, np.exp(x @ W + b)), rtol=1e-12)
+    with pytest.raises(matcalc.MatcalcError, match="λ must be a scalar"):
+        matcalc.derive("x@A", "A")
+    with pytest.raises(matcalc.MatcalcError, match="inner dimensions 1 and b differ"):  # MATLAB: refused
+        matcalc.derive("x*A*x", "x", syntax="matlab")
+
+
+@pytest.mark.parametrize("expr, syntax, hint", [
+    ("sum(exp.(x))", "matcalc", "exp.(...) is Julia's broadcast"),
+    ("sum(sin.(x) .* cos.(y))", "matlab", "sin.(...) is Julia's broadcast"),
+    ("sum(expm(X))", "matcalc", "no matrix exponential"),
+    ("sum(log10(x))", "matcalc", "log(x)/log(10)"),
+    ("norm(x, 1)", "matcalc", "norm(x, 1) is norm1(x)"),
+    ("dot(x, y)", "matlab", "write x'*y"),
+    ("sum(eye(4))", "matlab", "(I + X*X')"),
+    ("x'A*x", "matlab", "* (matrix) or .* (entry by entry)"),
+])
+def test_hints_for_other_tools_spellings(expr, syntax, hint):
+    with pytest.raises(matcalc.MatcalcError) as e:
+        matcalc.derive(expr, "x", syntax=syntax)
+    assert hint in str(e.value)
+
+
+@pytest.mark.parametrize("name, f", [("asin", np.arcsin), ("acos", np.arccos), ("atan", np.arctan)])
+def test_asin_acos_atan_are_the_arc_functions(name, f):
+    x = np.array([0.1, -0.3, 0.5])
+    d = matcalc.derive(f"sum({name}(x))", "x")
+    np.testing.assert_allclose(d.function(x=x), central_fd_grad(lambda x: f(x).sum(), {"x": x}, "x"), rtol=1e-7)
+
+
+def test_a_dense_matrix_too_large_for_memory_is_a_refusal():
+    import subprocess
+    import sys
+
+    resource = pytest.importorskip("resource")
+    code = ("import resource, numpy as np, matcalc\n"
+            "resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, resource.RLIM_INFINITY))\n"
+            "j = matcalc.jacobian('softmax(X, 0)', 'X')\n"
+            "try:\n    j.matrix(X=np.zeros((200, 200)))\n"
+            "except matcalc.OutOfMemory as e:\n    print('refused:', e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "refused:" in out.stdout and "jvp and vjp" in out.stdout, out.stdout + out.stderr[-2000:]

@@ -29,7 +29,7 @@ REFUSED = [
     ("x:y.T", "x", ShapeError, ["x:y.T", "length-a vector", "1×b row vector"], 1),
     ("det(x)", "x", ShapeError, ["det needs a square matrix", "x is a length-a vector"], 1),
     ("W@x", "W", ShapeError, ["must be a scalar", "length-a vector"], 1),
-    ("x.T@W@y + sum(x@W)", "W", ShapeError, ["x@W", "inner dimensions"], 15),
+    ("x.T@W@y + sum(W@y.T)", "W", ShapeError, ["W@y.T", "inner dimensions"], 15),
     ("2**W", "W", ShapeError, ["exponent W", "a×b"], 4),
     ("exp(W, x):1", "W", ShapeError, ["one argument"], 1),
     ("sum(alpha@W)", "W", ShapeError, ["alpha@W", "scalar", "use *"], 5),
