@@ -768,10 +768,12 @@ register(Op("Diag", _Diag_rule, jvp=_jvp_linear, rule="d Diag(a) = Diag(da)",
 register(Op("norm2", to_scalar, jvp=lambda e, d: _ir().frob(_ir().div(e.args[0], e), d[0]),
             rule="d‖x‖ = (x/‖x‖):dx", numpy="_norm2({0})", helpers=("_norm2",),
             latex=lambda p, e: (f"\\left\\|{p.p(e.args[0])[0]}\\right\\|", 7), smooth=False,
+            fold_const=lambda c, shape, attr: _ir().mul(_c(abs(c)), _ir().func("sqrt", count(shape))),
             torch="torch.linalg.vector_norm({0})", jax="jnp.linalg.norm({0})"))
 register(Op("norm1", to_scalar, jvp=lambda e, d: _ir().frob(_ir().func("sign", e.args[0]), d[0]),
             rule="d‖x‖₁ = sign(x):dx", numpy=lambda em, n, a: em.total(f"np.abs({a[0]})", n.args[0].shape),
             latex=lambda p, e: (f"\\left\\|{p.p(e.args[0])[0]}\\right\\|_{{1}}", 7), smooth=False,
+            fold_const=lambda c, shape, attr: _ir().mul(_c(abs(c)), count(shape)),
             torch=_fw_norm1, jax=_fw_norm1))
 register(Op("logsumexp", axis_rule(False), params=("axis",), params_optional=True, jvp=_jvp_logsumexp,
             rule="d logsumexp(X) = softmax(X):dX", fold_const=_fold_logsumexp,

@@ -621,6 +621,8 @@ def s_matmul(a: Expr, b: Expr) -> Expr:
         return s_mul(a, b)
     if a.op == "const" and b.op == "const" and a.shape[1] == 1:  # 1 1ᵀ = 1
         return const(a.attr * b.attr, shape)
+    if a.op == "const" and b.op == "const":  # (1 1ᵀ)(1 1ᵀ) = k 1 1ᵀ, k the inner size
+        return s_mul(const(a.attr * b.attr), count((a.shape[1], 1)), const(1.0, shape))
     if a.op == "const" and a.shape[0] != 1 and a.shape[1] != 1 and b.shape[1] == 1:  # (c 1 1ᵀ) v = c sum(v) 1
         return s_mul(const(a.attr), s_func("sum", b), const(1.0, shape))
     if b.op == "const" and b.shape[0] != 1 and b.shape[1] != 1 and a.shape[0] == 1:  # uᵀ(c 1 1ᵀ) = c sum(u) 1ᵀ

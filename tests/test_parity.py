@@ -225,3 +225,21 @@ def test_a_dense_matrix_too_large_for_memory_is_a_refusal():
             "except matcalc.OutOfMemory as e:\n    print('refused:', e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "refused:" in out.stdout and "jvp and vjp" in out.stdout, out.stdout + out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("expr, wrt, want", [
+    # the printed text lost the shape of an array of ones: norm1(1), 1@1 read back as other numbers
+    ("alpha*norm1(exp(D - D))", "alpha", lambda D, C: D.size),
+    ("alpha*norm2(exp(D - D))", "alpha", lambda D, C: np.sqrt(D.size)),
+    ("sum(D@exp(C - C))", "D", lambda D, C: C.shape[1] * np.ones_like(D)),
+    ("sum(D@softmax(C - C, 1))", "D", lambda D, C: np.ones_like(D)),
+])
+def test_texts_of_arrays_of_ones_read_back(expr, wrt, want):
+    shapes = {"D": ("m", "m"), "C": ("m", "p")}
+    vals = {"D": RNG.standard_normal((4, 4)), "C": RNG.standard_normal((4, 3)), "alpha": 0.3}
+    d = matcalc.derive(expr, wrt, shapes=shapes)
+    got = d.function(**{k: v for k, v in vals.items() if k in d.function.params})
+    np.testing.assert_allclose(got, want(vals["D"], vals["C"]), rtol=1e-12)
+    back = quiet(matcalc.jacobian, f"{d.text} + 0*{wrt}", wrt, shapes=shapes)
+    args = {k: v for k, v in vals.items() if k in back.value_function.params}
+    np.testing.assert_allclose(back.value_function(**args), got, rtol=1e-12)
