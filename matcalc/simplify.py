@@ -1246,7 +1246,7 @@ def stabilize(e: Expr) -> Expr:
     """Rewrite the primal where an equal form has a better derivative or better numerics:
     log(1 + exp(z)) = softplus(z), log σ(z) = -softplus(-z), log(1 - σ(z)) = -softplus(z),
     log sum exp(z) = logsumexp(z), log softmax(x) = x - logsumexp(x), log det X = logdet X,
-    exp(z)/(c + exp(z)) = σ(z − log c) (c > 0), exp(z)/sum(exp(z)) = softmax(z) (along an axis
+    exp(z)/(c + exp(z)) = σ(z − log c) and 1/(1 + exp(-z)) = σ(z) (c > 0), exp(z)/sum(exp(z)) = softmax(z) (along an axis
     too), log(exp(z)) = z, norm2(x)**2 = x:x,
     logdet(Xᵏ) = k logdet(X), det(Xᵏ) = det(X)ᵏ.  Everything else is
     kept as the user wrote it, so the derivation reads in the user's terms."""
@@ -1265,6 +1265,18 @@ def stabilize(e: Expr) -> Expr:
                 if other.op == "const" and other.shape == SCALAR and other.attr > 0:  # e^z/(c + e^z) = σ(z − log c)
                     z = num.args[0]
                     new = ir.func("sigmoid", z if other.attr == 1.0 else ir.add(z, ir.const(-math.log(other.attr))))
+            elif num.op == "const" and num.shape == SCALAR and den.op == "add" and len(den.args) == 2 \
+                    and any(t.op == "exp" for t in den.args):
+                ex = den.args[0] if den.args[0].op == "exp" else den.args[1]
+                other = den.args[1] if ex is den.args[0] else den.args[0]
+                if other.op == "const" and other.shape == SCALAR and other.attr > 0:  # c/(k + e^w) = (c/k) σ(log k − w)
+                    w = ir.neg(ex.args[0]) if other.attr == 1.0 else ir.add(ir.const(math.log(other.attr)),
+                                                                           ir.neg(ex.args[0]))
+                    better = ir.func("sigmoid", w)
+                    if num.attr != other.attr:
+                        better = ir.mul(ir.const(num.attr / other.attr), better)
+                    if better.shape == new.shape:
+                        new = better
             elif num.op == "exp" and _summed(den) is num:  # e^z/Σe^z = softmax(z)
                 z, den = num.args[0], _summed(den, True)
                 if den.attr is not None:

@@ -243,3 +243,16 @@ def test_texts_of_arrays_of_ones_read_back(expr, wrt, want):
     back = quiet(matcalc.jacobian, f"{d.text} + 0*{wrt}", wrt, shapes=shapes)
     args = {k: v for k, v in vals.items() if k in back.value_function.params}
     np.testing.assert_allclose(back.value_function(**args), got, rtol=1e-12)
+
+
+def test_a_written_out_sigmoid_is_the_sigmoid():
+    # 1/(1 + exp(-z)) gave exp(-z)/(exp(-z) + 1)**2: NaN at z = -800
+    z = np.array([-800.0, -1.0, 0.0, 2.0, 800.0])
+    d = matcalc.derive("sum(1/(1 + exp(-z)))", "z")
+    assert d.text == "sigmoid(z)*(1 - sigmoid(z))"
+    s = 0.5 * (1 + np.tanh(z / 2))
+    np.testing.assert_allclose(d.function(z=z), s * (1 - s), rtol=1e-12, atol=1e-300)
+    d = matcalc.derive("sum(2/(3 + exp(-z)))", "z")
+    zz = z[1:4]
+    np.testing.assert_allclose(d.function(z=zz), central_fd_grad(lambda z: np.sum(2 / (3 + np.exp(-z))), {"z": zz}, "z"),
+                               rtol=1e-7)
