@@ -339,11 +339,46 @@ def split_coeff(e: Expr):
     return 1.0, e
 
 
-def negative_term(e: Expr, keep=()):
+def negative_term(e: Expr, keep=(), memo: dict | None = None):
     """(True, its positive part) if the term reads with a leading minus, else (False, e).
-    Nodes in ``keep`` (those printed by a name) are taken whole: their signs stay inside."""
+    Nodes in ``keep`` (those printed by a name) are taken whole: their signs stay inside.
+    ``memo`` (for one ``keep``) keeps the answers: a printer asks of nested products again."""
+    if memo is not None:
+        hit = memo.get(e)
+        if hit is None:
+            hit = memo[e] = _negative_term(e, keep, memo)
+        return hit
+    return _negative_term(e, keep, memo)
+
+
+def _negative_term(e: Expr, keep, memo):
     if e in keep:
         return False, e
+    if e.op == "const" and e.attr < 0:
+        return True, const(-e.attr, e.shape)
+    if e.op == "mul" and e.args[0].op == "const" and e.args[0].shape == SCALAR and e.args[0].attr < 0:
+        c = -e.args[0].attr
+        rest = e.args[1:] if c == 1.0 else (const(c),) + e.args[1:]
+        negative, pos = True, (rest[0] if len(rest) == 1 else Expr("mul", rest, None, e.shape))
+        if pos.op != "mul":
+            return negative, pos
+        e = pos
+    else:
+        negative = False
+    if e.op == "mul" and any(f.op in ("mul", "frob") for f in e.args):  # (-a)∘(-b) = a∘b: the signs
+        fs = []                                                           # of the factors, outside
+        for f in e.args:
+            n, p = negative_term(f, keep, memo) if f.op in ("mul", "frob") else (False, f)
+            negative ^= n
+            fs.append(p)
+        return negative, Expr("mul", tuple(fs), None, e.shape)
+    if negative:
+        return True, e
+    if e.op == "frob":
+        negative, pos = negative_term(e.args[0], keep, memo)
+        if negative:
+            return True, Expr("frob", (pos, e.args[1]), None, e.shape)
+    return False, e
     if e.op == "const" and e.attr < 0:
         return True, const(-e.attr, e.shape)
     if e.op == "mul" and e.args[0].op == "const" and e.args[0].shape == SCALAR and e.args[0].attr < 0:

@@ -96,12 +96,20 @@ def definitions_in_order(names: dict) -> list:
     order: list = []
     placed: set = set()
 
+    used: dict = {}
+
     def uses(name):  # the names its written value uses
-        node = simplest[name]
-        return [names[n] for n in ir.walk(node) if n is not node and n in names and names[n] != name]
+        if name not in used:
+            node = simplest[name]
+            used[name] = [names[n] for n in ir.walk(node) if n is not node and n in names and names[n] != name]
+        return used[name]
 
     for root in names:
+        if names[root] in placed:  # (with all it uses)
+            continue
         for first in [names[n] for n in ir.walk(root) if n in names]:
+            if first in placed:
+                continue
             stack = [(first, iter(uses(first)))]  # depth first, without Python's recursion
             seen = {first}
             while stack:

@@ -112,6 +112,7 @@ class TextPrinter:
         self.names = names or {}   # node -> short name (definitions)
         self.dims = dims or {}     # dimension -> (a symbol with it, the axis): size(x, 0)
         self.memo: dict = {}
+        self.signs: dict = {}      # node -> ir.negative_term(node, names)
 
     def __call__(self, e: Expr) -> str:
         try:
@@ -148,7 +149,7 @@ class TextPrinter:
         """a + b - c: a term with a negative coefficient prints after a minus sign."""
         parts = []
         for i, t in enumerate(e.args):
-            negative, pos = _neg_split(t, self.names)
+            negative, pos = _neg_split(t, self.names, self.signs)
             s = self.wrap(pos, ADD, strict=True)
             if i == 0 and negative and pos.op != "const" and _ones_first(pos) and not s.startswith("("):
                 s = f"({s})"
@@ -177,7 +178,7 @@ class TextPrinter:
         if op == "add":
             return self.terms(e), ADD
         if op == "mul":
-            negative, pos = _neg_split(e, self.names)
+            negative, pos = _neg_split(e, self.names, self.signs)
             fs = pos.args if pos.op == "mul" else (pos,)
             if len(fs) == 2 and fs[0].op == "const" and fs[1].op == "div" and fs[1].args[0].op == "const" \
                     and fs[1].args[0].attr == 1.0 and fs[1].args[0] not in self.names:  # c*(1/x) prints as c/x
@@ -391,7 +392,7 @@ class LatexPrinter(TextPrinter):
         if op == "add":
             return self.terms(e), ADD
         if op == "mul":
-            negative, pos = _neg_split(e, self.names)
+            negative, pos = _neg_split(e, self.names, self.signs)
             fs = pos.args if pos.op == "mul" else (pos,)
             out = ""
             arrays = sum(f.shape != SCALAR for f in fs)
