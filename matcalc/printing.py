@@ -26,12 +26,12 @@ def fmt_number(v: float) -> str:
     return s
 
 
-def number_form(v: float):
+def number_form(v: float, pi: bool = True):
     """A number that rounding made long, as it was meant: (p, q) for p/q with q ≤ 12
     (0.3333333333333333 is 1/3), ("log", k) for log k with k ≤ 20 (0.6931471805599453 is
     log 2), (p, q, c, e) for p/q·cᵉ with c one of π, 2π, 2 and e = ±1, ±½ (1.1283791670955126
     is 2/√π, erf's; 0.3989422804014327 is 1/√(2π)), each only where it is that float up to
-    the last bits; else None (0.5 and 0.1 stay)."""
+    the last bits; else None (0.5 and 0.1 stay).  pi=False: no forms with π (pi names a symbol)."""
     if v == 0.0 or len(repr(abs(v))) <= 8 or not math.isfinite(v):
         return None
     if len(fmt_number(abs(v))) <= 8:  # 0.1 + 0.2 is 0.3 (fmt_number), not 3/10
@@ -44,15 +44,17 @@ def number_form(v: float):
     for k in range(2, 21):
         if abs(v) == math.log(k):
             return "log", k
-    for c, e in _CONSTANT_POWERS:
+    found = []
+    for c, e in _CONSTANT_POWERS if pi else _CONSTANT_POWERS[-2:]:
         f = Fraction(abs(v) / c ** e).limit_denominator(12)
         if f and f.numerator <= 12 and abs(float(f) * c ** e - abs(v)) <= 4e-16 * abs(v):
-            return f.numerator, f.denominator, c, e
-    return None
+            found.append((f.numerator + f.denominator, (f.numerator, f.denominator, c, e)))
+    return min(found, key=lambda t: t[0])[1] if found else None  # (4√2, not 8/√2)
 
 
-# (c, e) for the numbers p/q·cᵉ, in the order tried: π, 1/π, √π, 1/√π, √(2π), 1/√(2π), 1/√2, √2
-_CONSTANT_POWERS = ((math.pi, 1), (math.pi, -1), (math.pi, 0.5), (math.pi, -0.5),
+# (c, e) for the numbers p/q·cᵉ: π, 1/π, π², 1/π², √π, 1/√π, √(2π), 1/√(2π), 1/√2, √2 (those
+# of 2 last); of two forms of one number the one with the smaller p + q is taken
+_CONSTANT_POWERS = ((math.pi, 1), (math.pi, -1), (math.pi, 2), (math.pi, -2), (math.pi, 0.5), (math.pi, -0.5),
                     (2 * math.pi, 0.5), (2 * math.pi, -0.5), (2.0, -0.5), (2.0, 0.5))
 _CONSTANT_NAMES = {math.pi: ("pi", "\\pi"), 2 * math.pi: ("2*pi", "2\\pi"), 2.0: ("2", "2")}
 
@@ -61,16 +63,17 @@ def _constant_parts(form, tex: bool):
     """(numerator, denominator) texts of p/q·cᵉ; "" where there is nothing but 1."""
     p, q, c, e = form
     name = _CONSTANT_NAMES[c][tex]
-    power = name if abs(e) == 1 else ("\\sqrt{%s}" % name if tex else f"sqrt({name})")
+    power = name if abs(e) == 1 else ("\\sqrt{%s}" % name if tex else f"sqrt({name})") if abs(e) == 0.5 \
+        else (f"{name}^{{2}}" if tex else f"{name}**2")
     top = [str(p)] if p != 1 else []
     bottom = [str(q)] if q != 1 else []
     (top if e > 0 else bottom).append(power)
     return ("" if tex else "*").join(top) or "1", ("" if tex else "*").join(bottom)
 
 
-def number_text(v: float) -> tuple:
+def number_text(v: float, pi: bool = True) -> tuple:
     """(text, precedence) of a number: 1/3, -log(2), 2.5, 2/sqrt(pi)."""
-    form = number_form(v)
+    form = number_form(v, pi)
     if form is None:
         return fmt_number(v), (ATOM if v >= 0 else NEG)
     if len(form) == 4:
@@ -84,9 +87,9 @@ def number_text(v: float) -> tuple:
     return ("-" + s, NEG) if v < 0 else (s, ATOM if form[0] == "log" else PROD)
 
 
-def number_tex(v: float) -> str:
+def number_tex(v: float, pi: bool = True) -> str:
     """A number in LaTeX: \\tfrac{1}{3}, -\\log(2), 2.5, \\tfrac{2}{\\sqrt{\\pi}}."""
-    form = number_form(v)
+    form = number_form(v, pi)
     if form is None:
         return fmt_number(v)
     sign = "-" if v < 0 else ""
@@ -96,9 +99,9 @@ def number_tex(v: float) -> str:
     return sign + (f"\\log({form[1]})" if form[0] == "log" else f"\\tfrac{{{form[0]}}}{{{form[1]}}}")
 
 
-def exponent_text(v: float) -> str:
+def exponent_text(v: float, pi: bool = True) -> str:
     """A constant exponent after **: -2, 0.5, (-2/3)."""
-    s, prec = number_text(v)
+    s, prec = number_text(v, pi)
     return s if prec == ATOM or s == fmt_number(v) else f"({s})"
 
 
@@ -114,7 +117,11 @@ class TextPrinter:
         self.memo: dict = {}
         self.signs: dict = {}      # node -> ir.negative_term(node, names)
 
+    pi_ok = True  # numbers may print with pi (2/sqrt(pi)): no symbol or name is called pi
+
     def __call__(self, e: Expr) -> str:
+        self.pi_ok = "pi" not in {str(v) for v in self.names.values()} and not any(
+            n.op == "sym" and n.attr == "pi" for n in ir.walk(e))
         try:
             return self.p(e)[0]
         except RecursionError:  # a deep expression: fill the memo bottom-up, then print
@@ -172,7 +179,7 @@ class TextPrinter:
         if op == "const":
             if e.shape[0] == 1 and e.shape[1] != 1:  # a row of ones reads 1.T
                 return fmt_number(e.attr) + ".T", (POST if e.attr >= 0 else NEG)
-            return number_text(e.attr)
+            return number_text(e.attr, self.pi_ok)
         if op == "eye":
             return "I", ATOM
         if op == "add":
@@ -219,7 +226,7 @@ class TextPrinter:
             return f"{a or self.wrap(e.args[0], FROB)}:{self.wrap(e.args[1], FROB, strict=True)}", FROB
         if op == "pow":
             k = e.args[1]
-            ks = exponent_text(k.attr) if k.op == "const" else self.wrap(k, ATOM)
+            ks = exponent_text(k.attr, self.pi_ok) if k.op == "const" else self.wrap(k, ATOM)
             return f"{self.wrap(e.args[0], POST)}**{ks}", POW
         if op == "T":
             return f"{self.wrap(e.args[0], POST)}.T", POST
@@ -376,7 +383,7 @@ class LatexPrinter(TextPrinter):
         if op == "delta":
             return "\\mathrm{d}" + tex_name(e.attr), ATOM
         if op == "const":
-            s = number_tex(abs(e.attr)) if abs(e.attr) != 0.5 else "\\tfrac{1}{2}"  # ½ and 1/3, as on paper
+            s = number_tex(abs(e.attr), self.pi_ok) if abs(e.attr) != 0.5 else "\\tfrac{1}{2}"  # ½ and 1/3, as on paper
             prec = ATOM
             if e.shape != SCALAR and e.attr != 0.0:  # an array of c's: c times ones of its shape
                 ones = ("\\mathbf{1}^{\\top}" if e.shape[0] == 1 else "\\mathbf{1}" if e.shape[1] == 1
@@ -425,7 +432,7 @@ class LatexPrinter(TextPrinter):
             return f"{a or self.wrap(e.args[0], FROB)} : {self.wrap(e.args[1], FROB, strict=True)}", FROB
         if op == "pow":  # of an array: entrywise, A^{∘k} (A^{-1} and A^{2} would read as matrix powers)
             k = e.args[1]
-            ks = number_tex(k.attr) if k.op == "const" else self.p(k)[0]
+            ks = number_tex(k.attr, self.pi_ok) if k.op == "const" else self.p(k)[0]
             circ = "\\circ " if e.args[0].shape != SCALAR else ""
             return f"{{{self.wrap(e.args[0], ATOM)}}}^{{{circ}{ks}}}", POW
         if op == "T":

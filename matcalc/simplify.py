@@ -901,6 +901,9 @@ def s_frob(a: Expr, b: Expr) -> Expr:
     for x, y in ((a, b), (b, a)):  # (β1):X = β sum(X)
         if (beta := _spread_number(x)) is not None:
             return s_mul(beta, s_func("sum", y))
+    for i, x in enumerate((a, b)):  # (A/β):B = (A:B)/β: a scalar denominator comes out
+        if x.op == "div" and x.args[1].shape == SCALAR and x.args[0].shape == x.shape:
+            return s_div(s_frob(x.args[0], b) if i == 0 else s_frob(a, x.args[0]), x.args[1])
     for i, x in enumerate((a, b)):  # (-A):B = -(A:B): the minus outside, where terms meet
         if x.op == "mul" and x.args[0].op == "const" and x.args[0].attr == -1.0 and x.args[0].shape == SCALAR:
             rest = x.args[1] if len(x.args) == 2 else Expr("mul", x.args[1:], None, x.shape)

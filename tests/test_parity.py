@@ -256,3 +256,34 @@ def test_a_written_out_sigmoid_is_the_sigmoid():
     zz = z[1:4]
     np.testing.assert_allclose(d.function(z=zz), central_fd_grad(lambda z: np.sum(2 / (3 + np.exp(-z))), {"z": zz}, "z"),
                                rtol=1e-7)
+
+
+@pytest.mark.parametrize("expr, text, closed", [
+    ("norm2(x)**4", "8*(x:dx)*x + 4*norm2(x)**2*dx", lambda x: 8 * np.outer(x, x) + 4 * (x @ x) * np.eye(4)),
+    ("norm2(x)", "(dx - (x:dx)*x/norm2(x)**2)/norm2(x)",  # was (x/norm2(x):dx)
+     lambda x: (np.eye(4) - np.outer(x, x) / (x @ x)) / np.linalg.norm(x)),
+])
+def test_a_scalar_denominator_comes_out_of_a_frobenius_product(expr, text, closed):
+    h = matcalc.hessian(expr, "x")
+    assert h.text == text
+    x = RNG.standard_normal(4)
+    np.testing.assert_allclose(h.matrix(x=x), closed(x), rtol=1e-12)
+
+
+def test_numbers_print_without_pi_where_pi_is_a_symbol():
+    # 2/sqrt(pi)*pi*exp(-x**2): two pi's in one text, one the number, one the user's symbol
+    d = matcalc.derive("pi*sum(erf(x))", "x", shapes={"pi": ()})
+    assert "sqrt(pi)" not in d.text and "\\sqrt{\\pi}" not in d.latex
+    x = np.array([0.5, 1.0])
+    back = matcalc.derive(f"({d.text}):v", "v", shapes={"pi": ()})
+    np.testing.assert_allclose(back.function(x=x, pi=1.0, v=np.zeros(2)), d.function(x=x, pi=1.0), rtol=1e-14)
+    assert matcalc.derive("sum(pi**2*x*x)", "x").text == "2*pi**2*x"
+    assert matcalc.derive("sum(2*sqrt(2)*x*x)", "x").text == "4*sqrt(2)*x"  # not 8/sqrt(2)
+
+
+def test_an_identity_sized_by_a_dimension_no_symbol_has_is_refused():
+    # the size n reached the emitted code, which had no argument for it (KeyError: 'n')
+    with pytest.raises(matcalc.MatcalcError, match="its declared size n is not the size of any symbol"):
+        matcalc.derive("tr(I)*sum(x)", "x", shapes={"I": ("n", "n")})
+    d = matcalc.derive("tr(I)*sum(x)", "x", shapes={"I": (3, 3)})
+    np.testing.assert_allclose(d.function(x=np.ones(4)), 3 * np.ones(4))
