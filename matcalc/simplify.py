@@ -711,7 +711,15 @@ def _tcost(e: Expr) -> int:
     """How many transposes s_T(e) leaves on top."""
     if e.op == "T" or e.shape == SCALAR or e.op in _T_INVARIANT or e.op == "const" or symmetric_form(e):
         return 0
+    if _entrywise_of_transpose(e):
+        return 0
     return 1
+
+
+def _entrywise_of_transpose(e: Expr) -> bool:
+    """e = f(Xᵀ) for an entrywise f: f(Xᵀ)ᵀ = f(X)."""
+    op = REGISTRY.get(e.op)
+    return op is not None and op.elementwise and len(e.args) == 1 and e.args[0].op == "T" and e.attr is None
 
 
 def s_T(a: Expr) -> Expr:
@@ -726,11 +734,13 @@ def s_T(a: Expr) -> Expr:
         return a
     if a.op == "mul" and any(f.op == "eye" for f in a.args):  # (I∘X)ᵀ = I∘X, a diagonal matrix
         return a
+    if _entrywise_of_transpose(a):  # f(Xᵀ)ᵀ = f(X)
+        return s_func(a.op, a.args[0].args[0])
     if a.op == "mul":
         sc, arr = _split_scalars(a)
         if sc:
             return s_mul(*sc, s_T(arr))
-        if sum(_tcost(f) for f in a.args) < 1 + sum(f.op == "T" for f in a.args):
+        if sum(_tcost(f) for f in a.args) < 1 + sum(f.op == "T" or _entrywise_of_transpose(f) for f in a.args):
             return s_mul(*[s_T(f) for f in a.args])  # (Aᵀ∘Bᵀ)ᵀ = A∘B, (Aᵀ∘B)ᵀ = A∘Bᵀ
     if a.op == "matmul":  # (ABᵀC)ᵀ = CᵀBAᵀ when that has no more transposes (a flat chain reads better)
         fs = ir.chain_factors(a)

@@ -287,3 +287,12 @@ def test_an_identity_sized_by_a_dimension_no_symbol_has_is_refused():
         matcalc.derive("tr(I)*sum(x)", "x", shapes={"I": ("n", "n")})
     d = matcalc.derive("tr(I)*sum(x)", "x", shapes={"I": (3, 3)})
     np.testing.assert_allclose(d.function(x=np.ones(4)), 3 * np.ones(4))
+
+
+def test_an_entrywise_function_of_a_transpose_transposes_back():
+    X, G = RNG.standard_normal((3, 4)), RNG.standard_normal((3, 4))
+    j = matcalc.jacobian("(X.T*exp(X.T)).T", "X")
+    assert j.text == "dX*exp(X)*(X + 1)"  # was (dX.T*exp(X.T)*(X.T + 1)).T
+    d = matcalc.derive("G:(X.T*exp(X.T)).T + sum(cos(X.T))", "X")
+    assert d.text == "G*X*exp(X) + G*exp(X) - sin(X)"  # (no transpose left)
+    np.testing.assert_allclose(d.function(X=X, G=G), G * np.exp(X) * (X + 1) - np.sin(X), rtol=1e-12)
