@@ -210,6 +210,8 @@ class MatlabPrinter(TextPrinter):
     """Expr -> matrixcalculus.org / MATLAB syntax (re-parseable with syntax="matlab").
     ``colon=True`` writes Frobenius products as A:B, as the steps of a derivation do."""
 
+    pow_op = "^"
+
     def __init__(self, names: dict | None = None, colon: bool = False, dims: dict | None = None):
         super().__init__(names, dims)
         self.colon = colon
@@ -277,7 +279,7 @@ class MatlabPrinter(TextPrinter):
             return f"sum(sum({self.wrap(a, PROD)}.*{self.wrap(b, PROD, strict=True)}))", ATOM
         if op == "pow":
             k = e.args[1]
-            ks = exponent_text(k.attr, self.pi_ok) if k.op == "const" else self.wrap(k, ATOM)
+            ks = exponent_text(k.attr, self.pi_ok, self.pow_op) if k.op == "const" else self.wrap(k, ATOM)
             caret = "^" if e.args[0].shape == SCALAR else ".^"
             return f"{self.wrap(e.args[0], POST)}{caret}{ks}", POW
         if op == "T":

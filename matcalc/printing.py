@@ -29,7 +29,7 @@ def fmt_number(v: float) -> str:
 def number_form(v: float, pi: bool = True):
     """A number that rounding made long, as it was meant: (p, q) for p/q with q ≤ 12
     (0.3333333333333333 is 1/3), ("log", k) for log k with k ≤ 20 (0.6931471805599453 is
-    log 2), (p, q, c, e) for p/q·cᵉ with c one of π, 2π, 2 and e = ±1, ±½ (1.1283791670955126
+    log 2), (p, q, c, e) for p/q·cᵉ with c one of π, 2π, 2 and e = ±1, ±½ (±2 for π) (1.1283791670955126
     is 2/√π, erf's; 0.3989422804014327 is 1/√(2π)), each only where it is that float up to
     the last bits; else None (0.5 and 0.1 stay).  pi=False: no forms with π (pi names a symbol)."""
     if v == 0.0 or len(repr(abs(v))) <= 8 or not math.isfinite(v):
@@ -59,25 +59,25 @@ _CONSTANT_POWERS = ((math.pi, 1), (math.pi, -1), (math.pi, 2), (math.pi, -2), (m
 _CONSTANT_NAMES = {math.pi: ("pi", "\\pi"), 2 * math.pi: ("2*pi", "2\\pi"), 2.0: ("2", "2")}
 
 
-def _constant_parts(form, tex: bool):
+def _constant_parts(form, tex: bool, pow_op: str = "**"):
     """(numerator, denominator) texts of p/q·cᵉ; "" where there is nothing but 1."""
     p, q, c, e = form
     name = _CONSTANT_NAMES[c][tex]
     power = name if abs(e) == 1 else ("\\sqrt{%s}" % name if tex else f"sqrt({name})") if abs(e) == 0.5 \
-        else (f"{name}^{{2}}" if tex else f"{name}**2")
+        else (f"{name}^{{2}}" if tex else f"{name}{pow_op}2")
     top = [str(p)] if p != 1 else []
     bottom = [str(q)] if q != 1 else []
     (top if e > 0 else bottom).append(power)
     return ("" if tex else "*").join(top) or "1", ("" if tex else "*").join(bottom)
 
 
-def number_text(v: float, pi: bool = True) -> tuple:
-    """(text, precedence) of a number: 1/3, -log(2), 2.5, 2/sqrt(pi)."""
+def number_text(v: float, pi: bool = True, pow_op: str = "**") -> tuple:
+    """(text, precedence) of a number: 1/3, -log(2), 2.5, 2/sqrt(pi); pow_op writes pi**2."""
     form = number_form(v, pi)
     if form is None:
         return fmt_number(v), (ATOM if v >= 0 else NEG)
     if len(form) == 4:
-        top, bottom = _constant_parts(form, False)
+        top, bottom = _constant_parts(form, False, pow_op)
         if bottom and re.search(r"\*(?![^(]*\))", bottom):  # (a * outside brackets: 2*sqrt(pi))
             bottom = f"({bottom})"
         s = f"{top}/{bottom}" if bottom else top
@@ -99,9 +99,9 @@ def number_tex(v: float, pi: bool = True) -> str:
     return sign + (f"\\log({form[1]})" if form[0] == "log" else f"\\tfrac{{{form[0]}}}{{{form[1]}}}")
 
 
-def exponent_text(v: float, pi: bool = True) -> str:
+def exponent_text(v: float, pi: bool = True, pow_op: str = "**") -> str:
     """A constant exponent after **: -2, 0.5, (-2/3)."""
-    s, prec = number_text(v, pi)
+    s, prec = number_text(v, pi, pow_op)
     return s if prec == ATOM or s == fmt_number(v) else f"({s})"
 
 
@@ -118,6 +118,7 @@ class TextPrinter:
         self.signs: dict = {}      # node -> ir.negative_term(node, names)
 
     pi_ok = True  # numbers may print with pi (2/sqrt(pi)): no symbol or name is called pi
+    pow_op = "**"  # the power in numbers such as pi**2
 
     def __call__(self, e: Expr) -> str:
         self.pi_ok = "pi" not in {str(v) for v in self.names.values()} and not any(
@@ -179,7 +180,7 @@ class TextPrinter:
         if op == "const":
             if e.shape[0] == 1 and e.shape[1] != 1:  # a row of ones reads 1.T
                 return fmt_number(e.attr) + ".T", (POST if e.attr >= 0 else NEG)
-            return number_text(e.attr, self.pi_ok)
+            return number_text(e.attr, self.pi_ok, self.pow_op)
         if op == "eye":
             return "I", ATOM
         if op == "add":
@@ -226,7 +227,7 @@ class TextPrinter:
             return f"{a or self.wrap(e.args[0], FROB)}:{self.wrap(e.args[1], FROB, strict=True)}", FROB
         if op == "pow":
             k = e.args[1]
-            ks = exponent_text(k.attr, self.pi_ok) if k.op == "const" else self.wrap(k, ATOM)
+            ks = exponent_text(k.attr, self.pi_ok, self.pow_op) if k.op == "const" else self.wrap(k, ATOM)
             return f"{self.wrap(e.args[0], POST)}**{ks}", POW
         if op == "T":
             return f"{self.wrap(e.args[0], POST)}.T", POST

@@ -392,9 +392,10 @@ class _Typer:
                 if carried is None:                                   # by a dimension some symbol has?
                     carried = {self.find(d) for shape in self.sym_shape.values() for d in shape}
                 if self.find(v) not in carried:
+                    source = self.eye_home.get(id(node), (root, self.source, None))[1]
                     raise ShapeError(f"cannot tell the size of {node.value}: its declared size {self.find(v)} is "
                                      f"not the size of any symbol (give a number, shapes={{'{node.value}': (3, 3)}})",
-                                     self.source, node.start, node.end)
+                                     source, node.start, node.end)
             if isinstance(self.find(v), Var) and self.find(v) not in self._bound_vars():
                 home, source, name = self.eye_home.get(id(node), (root, self.source, None))
                 if self._beside_numbers(home, node, eyes):  # logdet(I + X@X.T), X declared (1, d)
