@@ -1001,6 +1001,9 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
     if name == "sum" and attr is None and a.op in ("add", "mul", "div") \
             and (beta := _spread_number(a)) is not None:
         return s_mul(beta, count(a.shape))  # sum(β1) = β·(the number of entries)
+    if name == "sum" and attr is None and a.op == "pow" and a.args[1].op == "const" and a.args[1].attr == 2.0 \
+            and a.shape[1] == 1 and a.shape[0] != 1 and a.args[0].op in ("sym", "delta"):  # sum(x**2) = xᵀx
+        return s_matmul(s_T(a.args[0]), a.args[0])
     if name == "sum" and attr is None and (entries := _transposed_entries(a)) is not None:
         return s_func("sum", entries)  # sum(xᵀ∘xᵀ) = sum(x∘x)
     if name == "sum" and attr is not None and (outer := _outer_factors(a, ones=True)) is not None:

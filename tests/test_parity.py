@@ -296,3 +296,19 @@ def test_an_entrywise_function_of_a_transpose_transposes_back():
     d = matcalc.derive("G:(X.T*exp(X.T)).T + sum(cos(X.T))", "X")
     assert d.text == "G*X*exp(X) + G*exp(X) - sin(X)"  # (no transpose left)
     np.testing.assert_allclose(d.function(X=X, G=G), G * np.exp(X) * (X + 1) - np.sin(X), rtol=1e-12)
+
+
+@pytest.mark.parametrize("expr, wrt, text", [
+    ("alpha*x.T@x", "alpha", "x.T@x"),  # was sum(x**2), where the question wrote x.T@x
+    ("(x.T@y)**2/(x.T@x*y.T@y)", "x",  # was … sum(y**2) … (y.T@y)**2: one quantity, two spellings
+     "2*((x.T@y)*y/((x.T@x)*y.T@y) - (x.T@y)**2*x/((x.T@x)**2*y.T@y))"),
+])
+def test_the_squared_norm_of_a_vector_reads_as_its_inner_product(expr, wrt, text):
+    d = matcalc.derive(expr, wrt)
+    assert d.text == text
+    x, y = RNG.standard_normal(4), RNG.standard_normal(4)
+    lam = {"alpha": lambda alpha, x, y: alpha * x @ x,
+           "x": lambda alpha, x, y: (x @ y) ** 2 / (x @ x * (y @ y))}[wrt]
+    vals = {"alpha": 0.7, "x": x, "y": y}
+    got = d.function(**{k: v for k, v in vals.items() if k in d.function.params})
+    np.testing.assert_allclose(got, central_fd_grad(lam, vals, wrt), rtol=1e-6)
