@@ -41,12 +41,30 @@ def _check_wrt(typed, wrt):
         raise DeriveError(f"wrt must be a symbol name, got {wrt!r}")
     differential_free(typed, wrt)
     if wrt in (typed.definitions or {}) and wrt not in typed.symbols:
-        raise DeriveError(f"{wrt} is a definition, not a variable: Hessians and Jacobians are taken "
-                          f"with respect to the expression's symbols ({', '.join(typed.symbols)}); leave out "
-                          f"{wrt}'s definition, so that {wrt} is a symbol, to ask about {wrt} itself "
-                          f"(derive takes ∂λ/∂{wrt} of a definition, its inputs held fixed)")
+        raise DeriveError(f"{wrt} is a definition: a Hessian or Jacobian is taken with respect to one alone "
+                          f"(wrt={wrt!r}: its inputs held fixed, its functions take {wrt}'s value), not in a "
+                          f"list with other variables, whose blocks would then leave out the paths "
+                          f"through {wrt}")
     if wrt not in typed.symbols:
         raise not_in_expression(wrt, typed.symbols)
+
+
+def _as_variable(typed, wrt):
+    """typed with the definition wrt made a symbol of its own, its inputs held fixed (the
+    Hessian of a loss in the logits Z = X@W, as torch.autograd.functional.hessian takes it
+    at Z): the functions take Z's value.  Anything else: typed as it is."""
+    if isinstance(wrt, (list, tuple)) and len(wrt) == 1:
+        wrt = wrt[0]
+    if isinstance(wrt, str) and wrt in (typed.definitions or {}) and wrt not in typed.symbols:
+        from dataclasses import replace
+
+        from .api import _intermediate
+
+        typed, _ = _intermediate(typed, wrt)
+        used = {n.attr for n in ir.symbols(typed.expr)}  # (Z's inputs only in Z: no arguments now)
+        typed = replace(typed, symbols={k: v for k, v in typed.symbols.items() if k in used},
+                        user_shapes={k: v for k, v in typed.user_shapes.items() if k in used})
+    return typed
 
 
 def substitute(e: ir.Expr, old: ir.Expr, new: ir.Expr) -> ir.Expr:
@@ -1029,7 +1047,7 @@ def jacobian(expr: str, wrt, shapes: dict | None = None, definitions: dict | Non
         raise DeriveError("give definitions= or where=, not both")
     definitions = definitions if definitions is not None else where
     expr, wrt, shapes = as_text(expr, wrt, shapes)
-    typed = _typed_any(expr, shapes, definitions, syntax)
+    typed = _as_variable(_typed_any(expr, shapes, definitions, syntax), wrt)
     if typed.expr.shape == ir.SCALAR:
         warnings.warn(NotationWarning(
             "the expression is a scalar: its Jacobian is the 1×N row, the transpose of the "
@@ -1069,7 +1087,7 @@ def hessian(expr: str, wrt, shapes: dict | None = None, definitions: dict | None
     definitions = definitions if definitions is not None else where
     expr, wrt, shapes = as_text(expr, wrt, shapes)
     symmetric = symmetric_names(symmetric)
-    typed = _typed_any(expr, shapes, definitions, syntax, symmetric)
+    typed = _as_variable(_typed_any(expr, shapes, definitions, syntax, symmetric), wrt)
     if symmetric:
         typed = _use_symmetry(typed, symmetric)
     if typed.expr.shape != ir.SCALAR:

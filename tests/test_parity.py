@@ -312,3 +312,26 @@ def test_the_squared_norm_of_a_vector_reads_as_its_inner_product(expr, wrt, text
     vals = {"alpha": 0.7, "x": x, "y": y}
     got = d.function(**{k: v for k, v in vals.items() if k in d.function.params})
     np.testing.assert_allclose(got, central_fd_grad(lam, vals, wrt), rtol=1e-6)
+
+
+def test_a_hessian_and_a_jacobian_in_a_definition():
+    # the Hessian of a loss in the logits was refused ("Z is a definition, not a variable")
+    defs = {"Z": "X@W", "P": "softmax(Z, 1)"}
+    h = matcalc.hessian("-sum(Y*log(P))", "Z", definitions=defs)
+    Z, Y = RNG.standard_normal((3, 4)), np.eye(4)[[0, 2, 1]]
+
+    def grad(Z):  # the textbook gradient in the logits: softmax(Z) - Y (rows of Y sum to 1)
+        return np.exp(Z) / np.exp(Z).sum(1, keepdims=True) - Y
+
+    fd = np.zeros((12, 12))
+    for j in range(12):
+        E = np.zeros(12)
+        E[j] = 1e-6
+        E = E.reshape(3, 4, order="F")
+        fd[:, j] = ((grad(Z + E) - grad(Z - E)) / 2e-6).reshape(-1, order="F")
+    np.testing.assert_allclose(h.matrix(Z=Z, Y=Y), fd, atol=1e-8)
+    j = matcalc.jacobian("softmax(Z, 1)", "Z", definitions={"Z": "X@W"})
+    V = RNG.standard_normal((3, 4))
+    np.testing.assert_allclose(j.jvp(V, Z=Z), (fd @ V.reshape(-1, order="F")).reshape(3, 4, order="F"), atol=1e-8)
+    with pytest.raises(matcalc.MatcalcError, match="Z is a definition: a Hessian or Jacobian is taken"):
+        matcalc.hessian("-sum(Y*log(P))", ["Z", "W"], definitions=defs)

@@ -611,9 +611,12 @@ def test_a_multiple_of_a_matrix_of_ones_keeps_its_ones_in_the_text(expr):
 
 
 @pytest.mark.parametrize("fn,expr", [(matcalc.hessian, "sum(exp(z))"), (matcalc.jacobian, "exp(z)")])
-def test_wrt_a_definition_is_refused_as_one(fn, expr):
-    with pytest.raises(matcalc.DeriveError, match="z is a definition, not a variable.*W, x"):
-        fn(expr, wrt="z", definitions={"z": "W@x"})
+def test_wrt_a_definition_takes_its_value(fn, expr):
+    m = fn(expr, wrt="z", definitions={"z": "W@x"})  # (its inputs held fixed: the functions take z)
+    z = np.array([0.3, -1.0, 2.0])
+    np.testing.assert_allclose(m.matrix(z=z), np.diag(np.exp(z)), rtol=1e-14)
+    with pytest.raises(TypeError, match="W"):
+        m.matrix(z=z, W=np.eye(3), x=z)
 
 
 def test_the_dense_hessian_of_a_long_product_compiles():
