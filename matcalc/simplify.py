@@ -621,6 +621,9 @@ def s_matmul(a: Expr, b: Expr) -> Expr:
         return s_mul(a, b)
     if a.op == "const" and b.op == "const" and a.shape[1] == 1:  # 1 1ᵀ = 1
         return const(a.attr * b.attr, shape)
+    if a.op == "kron" and b.op == "kron" and a.args[0].shape[1] == b.args[0].shape[0] \
+            and a.args[1].shape[1] == b.args[1].shape[0]:  # (A⊗B)(C⊗D) = AC⊗BD
+        return s_func("kron", s_matmul(a.args[0], b.args[0]), s_matmul(a.args[1], b.args[1]))
     if a.op == "const" and b.op == "const":  # (1 1ᵀ)(1 1ᵀ) = k 1 1ᵀ, k the inner size
         return s_mul(const(a.attr * b.attr), count((a.shape[1], 1)), const(1.0, shape))
     if a.op == "const" and a.shape[0] != 1 and a.shape[1] != 1 and b.shape[1] == 1:  # (c 1 1ᵀ) v = c sum(v) 1
@@ -736,6 +739,8 @@ def s_T(a: Expr) -> Expr:
         return a
     if _entrywise_of_transpose(a):  # f(Xᵀ)ᵀ = f(X)
         return s_func(a.op, a.args[0].args[0])
+    if a.op == "kron":  # (A⊗B)ᵀ = Aᵀ⊗Bᵀ
+        return s_func("kron", s_T(a.args[0]), s_T(a.args[1]))
     if a.op == "mul":
         sc, arr = _split_scalars(a)
         if sc:
@@ -908,6 +913,10 @@ def s_frob(a: Expr, b: Expr) -> Expr:
         return s_mul(const(b.attr), s_func("sum", a))
     if a.op == "eye" or b.op == "eye":  # X:I = tr(X)
         return s_func("tr", b if a.op == "eye" else a)
+    for x, y in ((a, b), (b, a)):  # X⁻ᵀ:X = tr(X⁻¹X) = n
+        if x.op == "T" and x.args[0].op == "inv" and x.args[0].args[0] == y or (
+                x.op == "inv" and y.op == "T" and x.args[0] == y.args[0]):
+            return count((y.shape[0], 1))
     for x, y in ((a, b), (b, a)):  # (β1):X = β sum(X)
         if (beta := _spread_number(x)) is not None:
             return s_mul(beta, s_func("sum", y))
@@ -1036,6 +1045,8 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
             return a.args[0]
         if a.op == "eye":
             return a
+        if a.op == "kron" and all(m.shape[0] == m.shape[1] for m in a.args):  # (A⊗B)⁻¹ = A⁻¹⊗B⁻¹
+            return s_func("kron", s_func("inv", a.args[0]), s_func("inv", a.args[1]))
     if name == "diag" and a.op == "Diag":
         return a.args[0]
     if name == "diag" and a.op == "eye":  # diag(I) = 1

@@ -335,3 +335,16 @@ def test_a_hessian_and_a_jacobian_in_a_definition():
     np.testing.assert_allclose(j.jvp(V, Z=Z), (fd @ V.reshape(-1, order="F")).reshape(3, 4, order="F"), atol=1e-8)
     with pytest.raises(matcalc.MatcalcError, match="Z is a definition: a Hessian or Jacobian is taken"):
         matcalc.hessian("-sum(Y*log(P))", ["Z", "W"], definitions=defs)
+
+
+def test_logdet_of_a_kronecker_product():
+    # log det(A⊗B) = m log det A + n log det B; its gradient printed kron_blocks(inv(kron(A, B)).T, B)
+    shapes = {"A": ("n", "n"), "B": ("m", "m")}
+    A = 2 * np.eye(2) + 0.3 * RNG.standard_normal((2, 2))
+    B = 2 * np.eye(3) + 0.3 * RNG.standard_normal((3, 3))
+    d = matcalc.derive("logdet(kron(A, B))", "A", shapes=shapes)
+    assert d.text == "size(B, 0)*inv(A).T"
+    np.testing.assert_allclose(d.function(A=A, B=B), 3 * np.linalg.inv(A).T, rtol=1e-12)
+    d = matcalc.derive("tr(inv(kron(A, B)))", "A", shapes=shapes)  # tr(A⁻¹) tr(B⁻¹)
+    Ai = np.linalg.inv(A)
+    np.testing.assert_allclose(d.function(A=A, B=B), -np.trace(np.linalg.inv(B)) * (Ai @ Ai).T, rtol=1e-10)
