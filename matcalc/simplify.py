@@ -1038,6 +1038,9 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
         return back
     if attr is not None or op.nargs != 1:
         return ir.func(name, a, attr=attr)
+    if name == "sqrt" and a.op == "pow" and a.args[1].op == "const" and a.args[1].attr == 2.0 \
+            and all(f.op == "dim" for f in factors(a.args[0])):  # √(n²) = n for a size n
+        return a.args[0]
     if name == "tr" and a.op == "T":
         return s_func("tr", a.args[0])
     if name == "inv":

@@ -230,7 +230,8 @@ def test_a_dense_matrix_too_large_for_memory_is_a_refusal():
 @pytest.mark.parametrize("expr, wrt, want", [
     # the printed text lost the shape of an array of ones: norm1(1), 1@1 read back as other numbers
     ("alpha*norm1(exp(D - D))", "alpha", lambda D, C: D.size),
-    ("alpha*norm2(exp(D - D))", "alpha", lambda D, C: np.sqrt(D.size)),
+    ("alpha*norm2(exp(D - D))", "alpha", lambda D, C: np.sqrt(D.size)),  # size(D, 0), not sqrt(size(D, 0)**2)
+    ("alpha*norm2(exp(C - C))", "alpha", lambda D, C: np.sqrt(C.size)),
     ("sum(D@exp(C - C))", "D", lambda D, C: C.shape[1] * np.ones_like(D)),
     ("sum(D@softmax(C - C, 1))", "D", lambda D, C: np.ones_like(D)),
 ])
