@@ -379,28 +379,3 @@ def _negative_term(e: Expr, keep, memo):
         if negative:
             return True, Expr("frob", (pos, e.args[1]), None, e.shape)
     return False, e
-    if e.op == "const" and e.attr < 0:
-        return True, const(-e.attr, e.shape)
-    if e.op == "mul" and e.args[0].op == "const" and e.args[0].shape == SCALAR and e.args[0].attr < 0:
-        c = -e.args[0].attr
-        rest = e.args[1:] if c == 1.0 else (const(c),) + e.args[1:]
-        negative, pos = True, (rest[0] if len(rest) == 1 else Expr("mul", rest, None, e.shape))
-        if pos.op != "mul":
-            return negative, pos
-        e = pos
-    else:
-        negative = False
-    if e.op == "mul" and any(f.op in ("mul", "frob") for f in e.args):  # (-a)∘(-b) = a∘b: the signs
-        fs = []                                                           # of the factors, outside
-        for f in e.args:
-            n, p = negative_term(f, keep) if f.op in ("mul", "frob") else (False, f)
-            negative ^= n
-            fs.append(p)
-        return negative, Expr("mul", tuple(fs), None, e.shape)
-    if negative:
-        return True, e
-    if e.op == "frob":
-        negative, pos = negative_term(e.args[0], keep)
-        if negative:
-            return True, Expr("frob", (pos, e.args[1]), None, e.shape)
-    return False, e
