@@ -279,7 +279,7 @@ class MatlabPrinter(TextPrinter):
             return f"sum(sum({self.wrap(a, PROD)}.*{self.wrap(b, PROD, strict=True)}))", ATOM
         if op == "pow":
             k = e.args[1]
-            ks = exponent_text(k.attr, self.pi_ok, self.pow_op) if k.op == "const" else self.wrap(k, ATOM)
+            ks = exponent_text(k.attr, self._pi_allowed, self.pow_op) if k.op == "const" else self.wrap(k, ATOM)
             caret = "^" if e.args[0].shape == SCALAR else ".^"
             return f"{self.wrap(e.args[0], POST)}{caret}{ks}", POW
         if op == "T":

@@ -26,12 +26,13 @@ def fmt_number(v: float) -> str:
     return s
 
 
-def number_form(v: float, pi: bool = True):
+def number_form(v: float, pi=True):
     """A number that rounding made long, as it was meant: (p, q) for p/q with q ≤ 12
     (0.3333333333333333 is 1/3), ("log", k) for log k with k ≤ 20 (0.6931471805599453 is
     log 2), (p, q, c, e) for p/q·cᵉ with c one of π, 2π, 2 and e = ±1, ±½ (±2 for π) (1.1283791670955126
     is 2/√π, erf's; 0.3989422804014327 is 1/√(2π)), each only where it is that float up to
-    the last bits; else None (0.5 and 0.1 stay).  pi=False: no forms with π (pi names a symbol)."""
+    the last bits; else None (0.5 and 0.1 stay).  pi false (a bool, or a function asked when a
+    form has π): no forms with π (pi names a symbol)."""
     if v == 0.0 or len(repr(abs(v))) <= 8 or not math.isfinite(v):
         return None
     if len(fmt_number(abs(v))) <= 8:  # 0.1 + 0.2 is 0.3 (fmt_number), not 3/10
@@ -45,10 +46,12 @@ def number_form(v: float, pi: bool = True):
         if abs(v) == math.log(k):
             return "log", k
     found = []
-    for c, e in _CONSTANT_POWERS if pi else _CONSTANT_POWERS[-2:]:
+    for c, e in _CONSTANT_POWERS:
         f = Fraction(abs(v) / c ** e).limit_denominator(12)
         if f and f.numerator <= 12 and abs(float(f) * c ** e - abs(v)) <= 4e-16 * abs(v):
             found.append((f.numerator + f.denominator, (f.numerator, f.denominator, c, e)))
+    if found and any(form[2] != 2.0 for _, form in found) and not (pi() if callable(pi) else pi):
+        found = [t for t in found if t[1][2] == 2.0]  # (pi asked only where a form has π: it may walk)
     return min(found, key=lambda t: t[0])[1] if found else None  # (4√2, not 8/√2)
 
 
@@ -71,7 +74,7 @@ def _constant_parts(form, tex: bool, pow_op: str = "**"):
     return ("" if tex else "*").join(top) or "1", ("" if tex else "*").join(bottom)
 
 
-def number_text(v: float, pi: bool = True, pow_op: str = "**") -> tuple:
+def number_text(v: float, pi=True, pow_op: str = "**") -> tuple:
     """(text, precedence) of a number: 1/3, -log(2), 2.5, 2/sqrt(pi); pow_op writes pi**2."""
     form = number_form(v, pi)
     if form is None:
@@ -87,7 +90,7 @@ def number_text(v: float, pi: bool = True, pow_op: str = "**") -> tuple:
     return ("-" + s, NEG) if v < 0 else (s, ATOM if form[0] == "log" else PROD)
 
 
-def number_tex(v: float, pi: bool = True) -> str:
+def number_tex(v: float, pi=True) -> str:
     """A number in LaTeX: \\tfrac{1}{3}, -\\log(2), 2.5, \\tfrac{2}{\\sqrt{\\pi}}."""
     form = number_form(v, pi)
     if form is None:
@@ -99,7 +102,7 @@ def number_tex(v: float, pi: bool = True) -> str:
     return sign + (f"\\log({form[1]})" if form[0] == "log" else f"\\tfrac{{{form[0]}}}{{{form[1]}}}")
 
 
-def exponent_text(v: float, pi: bool = True, pow_op: str = "**") -> str:
+def exponent_text(v: float, pi=True, pow_op: str = "**") -> str:
     """A constant exponent after **: -2, 0.5, (-2/3)."""
     s, prec = number_text(v, pi, pow_op)
     return s if prec == ATOM or s == fmt_number(v) else f"({s})"
@@ -117,17 +120,26 @@ class TextPrinter:
         self.memo: dict = {}
         self.signs: dict = {}      # node -> ir.negative_term(node, names)
 
-    pi_ok = True  # numbers may print with pi (2/sqrt(pi)): no symbol or name is called pi
+    _root = None  # the expression being printed (_pi_allowed looks in it)
     pow_op = "**"  # the power in numbers such as pi**2
 
     def __call__(self, e: Expr) -> str:
-        self.pi_ok = "pi" not in {str(v) for v in self.names.values()} and not any(
-            n.op == "sym" and n.attr == "pi" for n in ir.walk(e))
+        self._root, self._pi = e, None
         try:
             return self.p(e)[0]
         except RecursionError:  # a deep expression: fill the memo bottom-up, then print
             self.fill(e)
             return self.p(e)[0]
+
+    def _pi_allowed(self) -> bool:
+        """Numbers may print with pi (2/sqrt(pi)): no symbol or name of the expression is pi
+        (looked for once per expression, and only when a number has a form with π)."""
+        if self._pi is None:
+            self._pi = "pi" not in {str(v) for v in self.names.values()} and not any(
+                n.op == "sym" and n.attr == "pi" for n in (ir.walk(self._root) if self._root is not None else ()))
+        return self._pi
+
+    _pi = True
 
     def fill(self, e: Expr):
         """Visit every node children first (never entering a named node), so printing a
@@ -180,7 +192,7 @@ class TextPrinter:
         if op == "const":
             if e.shape[0] == 1 and e.shape[1] != 1:  # a row of ones reads 1.T
                 return fmt_number(e.attr) + ".T", (POST if e.attr >= 0 else NEG)
-            return number_text(e.attr, self.pi_ok, self.pow_op)
+            return number_text(e.attr, self._pi_allowed, self.pow_op)
         if op == "eye":
             return "I", ATOM
         if op == "add":
@@ -227,7 +239,7 @@ class TextPrinter:
             return f"{a or self.wrap(e.args[0], FROB)}:{self.wrap(e.args[1], FROB, strict=True)}", FROB
         if op == "pow":
             k = e.args[1]
-            ks = exponent_text(k.attr, self.pi_ok, self.pow_op) if k.op == "const" else self.wrap(k, ATOM)
+            ks = exponent_text(k.attr, self._pi_allowed, self.pow_op) if k.op == "const" else self.wrap(k, ATOM)
             return f"{self.wrap(e.args[0], POST)}**{ks}", POW
         if op == "T":
             return f"{self.wrap(e.args[0], POST)}.T", POST
@@ -384,7 +396,7 @@ class LatexPrinter(TextPrinter):
         if op == "delta":
             return "\\mathrm{d}" + tex_name(e.attr), ATOM
         if op == "const":
-            s = number_tex(abs(e.attr), self.pi_ok) if abs(e.attr) != 0.5 else "\\tfrac{1}{2}"  # ½ and 1/3, as on paper
+            s = number_tex(abs(e.attr), self._pi_allowed) if abs(e.attr) != 0.5 else "\\tfrac{1}{2}"  # ½ and 1/3, as on paper
             prec = ATOM
             if e.shape != SCALAR and e.attr != 0.0:  # an array of c's: c times ones of its shape
                 ones = ("\\mathbf{1}^{\\top}" if e.shape[0] == 1 else "\\mathbf{1}" if e.shape[1] == 1
@@ -433,7 +445,7 @@ class LatexPrinter(TextPrinter):
             return f"{a or self.wrap(e.args[0], FROB)} : {self.wrap(e.args[1], FROB, strict=True)}", FROB
         if op == "pow":  # of an array: entrywise, A^{∘k} (A^{-1} and A^{2} would read as matrix powers)
             k = e.args[1]
-            ks = number_tex(k.attr, self.pi_ok) if k.op == "const" else self.p(k)[0]
+            ks = number_tex(k.attr, self._pi_allowed) if k.op == "const" else self.p(k)[0]
             circ = "\\circ " if e.args[0].shape != SCALAR else ""
             return f"{{{self.wrap(e.args[0], ATOM)}}}^{{{circ}{ks}}}", POW
         if op == "T":

@@ -387,7 +387,10 @@ class _Typer:
             return self.shape[id(root)]
         eyes = {id(node) for node, _ in self.eyes}
         carried = None
+        used = self._definitions_used(root) if self.eye_home else set()
         for node, v in self.eyes:
+            if id(node) in self.eye_home and self.eye_home[id(node)][2] not in used:
+                continue  # an identity in a definition nothing uses: no size needed
             if isinstance(self.find(v), str) and node.value in self.identity_noted:  # sized by a declaration:
                 if carried is None:                                   # by a dimension some symbol has?
                     carried = {self.find(d) for shape in self.sym_shape.values() for d in shape}
@@ -405,6 +408,16 @@ class _Typer:
                 raise ShapeError(f"{where}cannot tell the size of {source[node.start:node.end]} from its context: "
                                  "nothing else in the expression has that dimension", source, node.start, node.end)
         return self.shape[id(root)]
+
+    def _definitions_used(self, root: Node) -> set:
+        """The names of the definitions the expression at root uses, through one another."""
+        used, todo = set(), [root]
+        while todo:
+            for n in _walk(todo.pop()):
+                if n.kind == "name" and n.value in self.def_ast and n.value not in used:
+                    used.add(n.value)
+                    todo.append(self.def_ast[n.value])
+        return used
 
     def _beside_numbers(self, root: Node, eye: Node, eyes: set) -> bool:
         """eye is a term of a sum (alone, negated or times a number) whose other terms are 1×1,

@@ -981,6 +981,9 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
         return a
     if a.op == "const" and op.fold_const is not None:  # sum(c1) = c·(its size), Diag(c1) = cI, …
         return simplify(op.fold_const(a.attr, a.shape, attr))
+    if name in ("logsumexp", "softmax") and (beta := _spread_number(a)) is not None:
+        at0 = simplify(op.fold_const(0.0, a.shape, attr))  # softmax(β1) = softmax(0), logsumexp(β1) = β + logsumexp(0)
+        return at0 if name == "softmax" else s_add(s_mul(beta, const(1.0, at0.shape)), at0)
     if op.fold_const is not None and op.transpose is not None and op.nargs == 1 and a.op in ("mul", "div") \
             and (beta := _spread_number(a)) is not None:  # linear: Diag(β1) = βI, sum(β1, 0) = β sum(1, 0)
         return s_mul(beta, s_func(name, const(1.0, a.shape), attr=attr))

@@ -349,3 +349,21 @@ def test_logdet_of_a_kronecker_product():
     d = matcalc.derive("tr(inv(kron(A, B)))", "A", shapes=shapes)  # tr(A⁻¹) tr(B⁻¹)
     Ai = np.linalg.inv(A)
     np.testing.assert_allclose(d.function(A=A, B=B), -np.trace(np.linalg.inv(B)) * (Ai @ Ai).T, rtol=1e-10)
+
+
+def test_logsumexp_and_softmax_of_a_spread_number():
+    # logsumexp(alpha*1) printed without its count: the text read back as alpha, not alpha + log(m)
+    shapes = {"z": ("m",), "x": ("n",)}
+    d = matcalc.derive("logsumexp(z - z + alpha)*sum(x)", "x", shapes=shapes)
+    assert d.text == "(alpha + log(size(z, 0)))*1"
+    vals = {"z": np.zeros(4), "alpha": 0.7, "x": np.zeros(3)}
+    np.testing.assert_allclose(d.function(**vals), (0.7 + np.log(4)) * np.ones(3), rtol=1e-14)
+    back = matcalc.jacobian(f"({d.text}) + 0*x", "x", shapes=shapes)
+    np.testing.assert_allclose(back.value_function(**vals), d.function(**vals), rtol=1e-14)
+    d = matcalc.derive("y:softmax(z - z + alpha)", "y", shapes={"z": ("m",)})
+    np.testing.assert_allclose(d.function(y=np.zeros(4), z=np.zeros(4), alpha=0.3), np.full(4, 0.25), rtol=1e-14)
+
+
+def test_an_identity_in_a_definition_nothing_uses_needs_no_size():
+    d = matcalc.derive("sum(B)", "B", definitions={"Q": "I"})
+    np.testing.assert_allclose(d.function(B=np.ones((2, 3))), np.ones((2, 3)))
