@@ -619,6 +619,10 @@ def s_matmul(a: Expr, b: Expr) -> Expr:
         return a
     if a.shape == SCALAR or b.shape == SCALAR:
         return s_mul(a, b)
+    for i, x in enumerate((a, b)):  # (β + 2 spread over an array)B = (β + 2)(1 1ᵀ B): its ones stay
+        if x.op == "add" and (beta := _spread_number(x)) is not None:
+            ones = const(1.0, x.shape)
+            return s_mul(beta, s_matmul(ones, b) if i == 0 else s_matmul(a, ones))
     if a.op == "const" and b.op == "const" and a.shape[1] == 1:  # 1 1ᵀ = 1
         return const(a.attr * b.attr, shape)
     if a.op == "kron" and b.op == "kron" and a.args[0].shape[1] == b.args[0].shape[0] \

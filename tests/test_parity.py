@@ -367,3 +367,14 @@ def test_logsumexp_and_softmax_of_a_spread_number():
 def test_an_identity_in_a_definition_nothing_uses_needs_no_size():
     d = matcalc.derive("sum(B)", "B", definitions={"Q": "I"})
     np.testing.assert_allclose(d.function(B=np.ones((2, 3))), np.ones((2, 3)))
+
+
+def test_a_spread_sum_in_a_matrix_product_keeps_its_ones():
+    # (E - E + beta + 2)@B.T printed (beta + 2)@B.T, which reads as a scalar @ a matrix
+    shapes = {"E": ("n", "m"), "B": ("n", "m"), "A": ("n", "n")}
+    d = matcalc.derive("(E - E + beta + 2)@B.T:A", "A", shapes=shapes)
+    B = np.arange(12.0).reshape(3, 4)
+    want = 2.5 * np.ones((3, 4)) @ B.T
+    np.testing.assert_allclose(d.function(E=np.zeros((3, 4)), B=B, A=np.zeros((3, 3)), beta=0.5), want)
+    back = matcalc.jacobian(f"({d.text}) + 0*A", "A", shapes=shapes)
+    np.testing.assert_allclose(back.value_function(B=B, A=np.zeros((3, 3)), beta=0.5), want)
