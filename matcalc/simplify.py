@@ -724,7 +724,9 @@ def _tcost(e: Expr) -> int:
 
 
 def _entrywise_of_transpose(e: Expr) -> bool:
-    """e = f(Xᵀ) for an entrywise f: f(Xᵀ)ᵀ = f(X)."""
+    """e = f(Xᵀ) for an entrywise f, a power with a number exponent too: f(Xᵀ)ᵀ = f(X)."""
+    if e.op == "pow":
+        return e.args[0].op == "T" and e.args[1].shape == SCALAR
     op = REGISTRY.get(e.op)
     return op is not None and op.elementwise and len(e.args) == 1 and e.args[0].op == "T" and e.attr is None
 
@@ -742,9 +744,8 @@ def s_T(a: Expr) -> Expr:
     if a.op == "mul" and any(f.op == "eye" for f in a.args):  # (I∘X)ᵀ = I∘X, a diagonal matrix
         return a
     if _entrywise_of_transpose(a):  # f(Xᵀ)ᵀ = f(X)
-        return s_func(a.op, a.args[0].args[0])
-    if a.op == "kron":  # (A⊗B)ᵀ = Aᵀ⊗Bᵀ
-        return s_func("kron", s_T(a.args[0]), s_T(a.args[1]))
+        X = a.args[0].args[0]
+        return s_pow(X, a.args[1]) if a.op == "pow" else s_func(a.op, X)
     if a.op == "mul":
         sc, arr = _split_scalars(a)
         if sc:
@@ -940,7 +941,8 @@ def _fold_blocks(name: str, C: Expr, M: Expr, shape):
     kron_blocks(C, B)ᵢⱼ = C₍ᵢⱼ₎ : B (C₍ᵢⱼ₎ C's block (i, j), of the result's shape for
     kron_sum, of B's for kron_blocks), where C's blocks are known: C = I (square blocks, so
     C₍ᵢⱼ₎ = δᵢⱼ I) gives tr(A) I and tr(B) I, C = c1 gives c sum(A) 1 and c sum(B) 1,
-    C = P⊗Q gives (A:P) Q and (Q:B) P; numbers in C come out.  None otherwise."""
+    C = P⊗Q (also through transposes and inverses: _kron_factors) gives (A:P) Q and (Q:B) P;
+    numbers in C come out.  None otherwise."""
     sc, C = _split_scalars(C)
     if C.shape != (ir.dim_mul(M.shape[0], shape[0]), ir.dim_mul(M.shape[1], shape[1])) if name == "kron_sum" \
             else C.shape != (ir.dim_mul(shape[0], M.shape[0]), ir.dim_mul(shape[1], M.shape[1])):
@@ -950,8 +952,8 @@ def _fold_blocks(name: str, C: Expr, M: Expr, shape):
         out = s_mul(s_func("tr", M), ir.eye(shape[0]))
     elif C.op == "const":
         out = s_mul(const(C.attr), s_func("sum", M), const(1.0, shape))
-    elif C.op == "kron":
-        P, Q = C.args
+    elif (pq := _kron_factors(C)) is not None:
+        P, Q = pq
         if name == "kron_sum" and P.shape == M.shape and Q.shape == shape:
             out = s_mul(s_frob(M, P), Q)
         elif name == "kron_blocks" and Q.shape == M.shape and P.shape == shape:
@@ -961,8 +963,26 @@ def _fold_blocks(name: str, C: Expr, M: Expr, shape):
     return s_mul(*sc, out) if sc else out
 
 
+def _kron_factors(C: Expr):
+    """(P, Q) with C = P⊗Q, through transposes, inverses and powers of a Kronecker product
+    ((P⊗Q)ᵀ = Pᵀ⊗Qᵀ, (P⊗Q)⁻¹ = P⁻¹⊗Q⁻¹ and (P⊗Q)ᵏ = Pᵏ⊗Qᵏ for square P, Q); else None."""
+    if C.op == "kron":
+        return C.args
+    if C.op in ("T", "inv", "matrix_power"):
+        pq = _kron_factors(C.args[0])
+        if pq is None:
+            return None
+        if C.op == "T":
+            return s_T(pq[0]), s_T(pq[1])
+        if all(m.shape[0] == m.shape[1] for m in pq):  # ((P⊗Q)ᵏ = Pᵏ⊗Qᵏ)
+            return tuple(s_func(C.op, m, attr=C.attr) for m in pq)
+    return None
+
+
 def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
     op = REGISTRY[name]
+    if more and name == "kron" and a.op == "eye" and more[0].op == "eye":  # I⊗I = I
+        return ir.eye(ir.dim_mul(a.shape[0], more[0].shape[0]))
     if more and name in ("kron_sum", "kron_blocks"):
         folded = _fold_blocks(name, a, more[0], attr)
         if folded is not None:
@@ -1055,8 +1075,6 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
             return a.args[0]
         if a.op == "eye":
             return a
-        if a.op == "kron" and all(m.shape[0] == m.shape[1] for m in a.args):  # (A⊗B)⁻¹ = A⁻¹⊗B⁻¹
-            return s_func("kron", s_func("inv", a.args[0]), s_func("inv", a.args[1]))
     if name == "diag" and a.op == "Diag":
         return a.args[0]
     if name == "diag" and a.op == "eye":  # diag(I) = 1

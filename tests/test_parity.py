@@ -378,3 +378,19 @@ def test_a_spread_sum_in_a_matrix_product_keeps_its_ones():
     np.testing.assert_allclose(d.function(E=np.zeros((3, 4)), B=B, A=np.zeros((3, 3)), beta=0.5), want)
     back = matcalc.jacobian(f"({d.text}) + 0*A", "A", shapes=shapes)
     np.testing.assert_allclose(back.value_function(B=B, A=np.zeros((3, 3)), beta=0.5), want)
+
+
+@pytest.mark.parametrize("expr", ["sum(inv(kron(A, C))@kron(A, C))", "tr(inv(kron(A, C))@kron(A, C))",
+                                  "sum(kron(A, C)@inv(kron(A, C)))"])
+def test_a_kronecker_product_times_its_inverse_is_still_the_identity(expr):
+    # rewriting inv(kron(A, C)) as kron(inv(A), inv(C)) first kept inv(X)@X = I from applying
+    shapes = {"A": ("n", "n"), "C": ("m", "m")}
+    assert matcalc.derive(expr, "A", shapes=shapes).text == "0"
+    assert matcalc.hessian(expr, "A", shapes=shapes).text == "0"
+
+
+def test_powers_of_transposes_transpose_back():
+    X, W = RNG.standard_normal((3, 4)), RNG.standard_normal((3, 4))
+    d = matcalc.derive("alpha*sum((X.T*sin(W.T)).T*X)", "W")
+    assert d.text == "alpha*X**2*cos(W)"  # was alpha*(X.T**2).T*cos(W)
+    np.testing.assert_allclose(d.function(alpha=0.5, X=X, W=W), 0.5 * X ** 2 * np.cos(W), rtol=1e-12)
