@@ -121,6 +121,7 @@ class TextPrinter:
         self.signs: dict = {}      # node -> ir.negative_term(node, names)
 
     _root = None  # the expression being printed (_pi_allowed looks in it)
+    _pi = None    # whether numbers may print with pi, once looked for
     pow_op = "**"  # the power in numbers such as pi**2
 
     def __call__(self, e: Expr) -> str:
@@ -138,8 +139,6 @@ class TextPrinter:
             self._pi = "pi" not in {str(v) for v in self.names.values()} and not any(
                 n.op == "sym" and n.attr == "pi" for n in (ir.walk(self._root) if self._root is not None else ()))
         return self._pi
-
-    _pi = True
 
     def fill(self, e: Expr):
         """Visit every node children first (never entering a named node), so printing a

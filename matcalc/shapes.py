@@ -387,7 +387,7 @@ class _Typer:
             return self.shape[id(root)]
         eyes = {id(node) for node, _ in self.eyes}
         carried = None
-        used = self._definitions_used(root) if self.eye_home else set()
+        used = self.names_used(root) if self.eye_home else set()
         for node, v in self.eyes:
             if id(node) in self.eye_home and self.eye_home[id(node)][2] not in used:
                 continue  # an identity in a definition nothing uses: no size needed
@@ -409,14 +409,15 @@ class _Typer:
                                  "nothing else in the expression has that dimension", source, node.start, node.end)
         return self.shape[id(root)]
 
-    def _definitions_used(self, root: Node) -> set:
-        """The names of the definitions the expression at root uses, through one another."""
+    def names_used(self, root: Node) -> set:
+        """The names the expression at root uses, those in the definitions it uses too."""
         used, todo = set(), [root]
         while todo:
             for n in _walk(todo.pop()):
-                if n.kind == "name" and n.value in self.def_ast and n.value not in used:
+                if n.kind == "name" and n.value not in used:
                     used.add(n.value)
-                    todo.append(self.def_ast[n.value])
+                    if n.value in self.def_ast:
+                        todo.append(self.def_ast[n.value])
         return used
 
     def _beside_numbers(self, root: Node, eye: Node, eyes: set) -> bool:
@@ -1062,13 +1063,7 @@ def typecheck(ast: Node, source: str, declared: dict | None = None,
             raise ShapeError(f"{name} is declared symmetric, but it is {t.describe(shape)}, not a square matrix")
     # the symbols the question uses: those of the expression and of the definitions it uses
     # (one only in a definition nothing uses takes no argument: its name is kept apart)
-    in_use, todo = set(), [ast]
-    while todo:
-        for n in _walk(todo.pop()):
-            if n.kind == "name" and n.value not in in_use:
-                in_use.add(n.value)
-                if n.value in t.def_ast:
-                    todo.append(t.def_ast[n.value])
+    in_use = t.names_used(ast)
     apart = [k for k in t.sym_shape if k not in in_use]
     user_shapes, syms = t.finish([k for k in t.sym_shape if k in in_use] + apart)
     for name, d_ast, text in parsed:

@@ -1107,7 +1107,7 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
 
 def _unvec(v: Expr, shape):
     """unvec(v) as a matrix expression, where v is vec(X) or (B⊗A)vec(X) = vec(AXBᵀ) (the vec
-    trick), a transpose (B⊗A)ᵀ = Bᵀ⊗Aᵀ of one, or a sum of them; else None."""
+    trick, B⊗A also seen through a transpose, _kron_factors), or a sum of them; else None."""
     if v.op == "vec" and v.args[0].shape == tuple(shape):
         return v.args[0]
     if v.op == "add":
@@ -1123,12 +1123,10 @@ def _unvec(v: Expr, shape):
     if M.op == "add":
         terms = [_unvec(s_matmul(m, v.args[1]), shape) for m in M.args]
         return None if any(t is None for t in terms) else s_add(*terms)
-    transposed = M.op == "T" and M.args[0].op == "kron"
-    if M.op != "kron" and not transposed:
+    pq = _kron_factors(M)
+    if pq is None:
         return None
-    B, A = M.args[0].args if transposed else M.args
-    if transposed:
-        B, A = s_T(B), s_T(A)
+    B, A = pq
     if A.shape[1] != X.shape[0] or B.shape[1] != X.shape[1] or (A.shape[0], B.shape[0]) != tuple(shape):
         return None
     return s_matmul(s_matmul(A, X), s_T(B))
@@ -1315,23 +1313,17 @@ def stabilize(e: Expr) -> Expr:
                 new = better
         elif new.op == "div":
             num, den = new.args
-            if num.op == "exp" and den.op == "add" and len(den.args) == 2 and num in den.args:
-                other = den.args[0] if den.args[1] is num else den.args[1]
-                if other.op == "const" and other.shape == SCALAR and other.attr > 0:  # e^z/(c + e^z) = σ(z − log c)
-                    z = num.args[0]
-                    new = ir.func("sigmoid", z if other.attr == 1.0 else ir.add(z, ir.const(-math.log(other.attr))))
-            elif num.op == "const" and num.shape == SCALAR and den.op == "add" and len(den.args) == 2 \
-                    and any(t.op == "exp" for t in den.args):
-                ex = den.args[0] if den.args[0].op == "exp" else den.args[1]
-                other = den.args[1] if ex is den.args[0] else den.args[0]
-                if other.op == "const" and other.shape == SCALAR and other.attr > 0:  # c/(k + e^w) = (c/k) σ(log k − w)
-                    w = ir.neg(ex.args[0]) if other.attr == 1.0 else ir.add(ir.const(math.log(other.attr)),
-                                                                           ir.neg(ex.args[0]))
-                    better = ir.func("sigmoid", w)
-                    if num.attr != other.attr:
-                        better = ir.mul(ir.const(num.attr / other.attr), better)
-                    if better.shape == new.shape:
-                        new = better
+            beside = _exp_beside_number(den)
+            if beside is not None and num is beside[0]:  # e^z/(c + e^z) = σ(z − log c)
+                z, c = num.args[0], beside[1]
+                new = ir.func("sigmoid", z if c == 1.0 else ir.add(z, ir.const(-math.log(c))))
+            elif beside is not None and num.op == "const" and num.shape == SCALAR:  # a/(c + e^w) = (a/c) σ(log c − w)
+                w, c = beside[0].args[0], beside[1]
+                better = ir.func("sigmoid", ir.neg(w) if c == 1.0 else ir.add(ir.const(math.log(c)), ir.neg(w)))
+                if num.attr != c:
+                    better = ir.mul(ir.const(num.attr / c), better)
+                if better.shape == new.shape:
+                    new = better
             elif num.op == "exp" and _summed(den) is num:  # e^z/Σe^z = softmax(z)
                 z, den = num.args[0], _summed(den, True)
                 if den.attr is not None:
@@ -1351,6 +1343,16 @@ def stabilize(e: Expr) -> Expr:
             new = ir.frob(x, x)
         memo[node] = new
     return memo[e]
+
+
+def _exp_beside_number(den: Expr):
+    """(e^w, c) where den = c + e^w for a number c > 0, else None."""
+    if den.op != "add" or len(den.args) != 2:
+        return None
+    ex, other = den.args if den.args[0].op == "exp" else den.args[::-1]
+    if ex.op == "exp" and other.op == "const" and other.shape == SCALAR and other.attr > 0:
+        return ex, other.attr
+    return None
 
 
 def _outer_factors(a: Expr, ones: bool = False):

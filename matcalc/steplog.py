@@ -7,6 +7,7 @@ named quantity is written out, a line says so (dz = dW@x) and later lines print 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
 from .ir import Expr
 
@@ -70,21 +71,11 @@ def build_steps(events, names: dict) -> list:
             shown = {k: v for k, v in names.items() if k not in expanded and k is not node}
             expanded = expanded | {node}
             label = str(names[node])
-            add(current, _once(lambda node=node, shown=shown, label=label: f"{label} = {to_text(node, shown)}"),
-                _once(lambda node=node, shown=shown: f"{to_latex(node, {node: names[node]})} = {to_latex(node, shown)}"),
+            add(current, cache(lambda node=node, shown=shown, label=label: f"{label} = {to_text(node, shown)}"),
+                cache(lambda node=node, shown=shown: f"{to_latex(node, {node: names[node]})} = {to_latex(node, shown)}"),
                 False, expanded)
             continue
         idn = ev.identity
         add(ev.state, idn.text, idn.latex, idn.minor, expanded)
     return steps
 
-
-def _once(fn):
-    """fn, computed on the first call and kept."""
-    memo = []
-
-    def get():
-        if not memo:
-            memo.append(fn())
-        return memo[0]
-    return get
