@@ -437,7 +437,7 @@ elementwise("erf", lambda x, y: _ir().mul(_c(2.0 / math.sqrt(math.pi)), _ir().fu
             torch="torch.special.erf({0})", jax="jax.scipy.special.erf({0})",
             sympy=lambda t: _sp().erf(t))
 elementwise("gelu", _gelu_prime, "d gelu(X) = (Φ(X) + X∘φ(X))∘dX",
-            lambda v: 0.5 * v * (1.0 + math.erf(v / _SQRT2)), "_gelu({0})", latex="\\operatorname{gelu}",
+            lambda v: 0.5 * v * math.erfc(-v / _SQRT2), "_gelu({0})", latex="\\operatorname{gelu}",
             letter="r", helpers=("_gelu",),
             torch="torch.nn.functional.gelu({0})", jax="jax.nn.gelu({0}, approximate=False)",
             sympy=lambda t: t * (1 + _sp().erf(t / _sp().sqrt(2))) / 2)

@@ -59,8 +59,8 @@ def _xlogy(a, b):
 
 # helper: _gelu
 def _gelu(z):
-    from scipy.special import erf
-    return 0.5 * z * (1.0 + erf(z * 0.7071067811865476))
+    from scipy.special import erfc  # 1 + erf(u) = erfc(−u), exact where erf(u) is near −1
+    return 0.5 * z * erfc(z * -0.7071067811865476)
 
 
 # helper: _over_norm

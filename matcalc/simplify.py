@@ -918,10 +918,9 @@ def s_frob(a: Expr, b: Expr) -> Expr:
         return s_mul(const(b.attr), s_func("sum", a))
     if a.op == "eye" or b.op == "eye":  # X:I = tr(X)
         return s_func("tr", b if a.op == "eye" else a)
-    for x, y in ((a, b), (b, a)):  # X⁻ᵀ:X = tr(X⁻¹X) = n
-        if x.op == "T" and x.args[0].op == "inv" and x.args[0].args[0] == y or (
-                x.op == "inv" and y.op == "T" and x.args[0] == y.args[0]):
-            return count((y.shape[0], 1))
+    for x, y in ((a, b), (b, a)):  # (Xᵃ)ᵀ:Xᵇ = tr(Xᵃ⁺ᵇ): X⁻ᵀ:X = n, (X⁻²)ᵀ:X = tr(X⁻¹)
+        if x.op == "T" and (merged := _power_product(x.args[0], y)) is not None:
+            return s_func("tr", merged)
     for x, y in ((a, b), (b, a)):  # (β1):X = β sum(X)
         if (beta := _spread_number(x)) is not None:
             return s_mul(beta, s_func("sum", y))

@@ -582,3 +582,20 @@ def test_a_result_is_a_fixed_point_of_the_simplifier(expr, lam, want):
 
 X19 = np.random.default_rng(20).standard_normal((4, 4))
 Y19 = np.random.default_rng(21).standard_normal(3)
+
+
+@pytest.mark.parametrize("expr, wrt, text, closed", [
+    # (Xᵃ)ᵀ:Xᵇ = tr(Xᵃ⁺ᵇ): was -(matrix_power(B, -2).T:B)*matrix_power(A, -2).T
+    ("tr(inv(kron(A, B)))", "A", "-tr(inv(B))*matrix_power(A, -2).T",
+     lambda A, B: -np.trace(np.linalg.inv(B)) * np.linalg.matrix_power(np.linalg.inv(A), 2).T),
+    ("matrix_power(A, 3).T:A", "A", "4*matrix_power(A, 3).T",  # d tr(A⁴) = 4 (A³)ᵀ:dA
+     lambda A, B: 4 * np.linalg.matrix_power(A, 3).T),
+])
+def test_powers_of_one_matrix_meet_in_a_trace(expr, wrt, text, closed):
+    d = matcalc.derive(expr, wrt, shapes={"A": ("n", "n"), "B": ("m", "m") if "kron" in expr else ("n", "n")})
+    assert d.text == text
+    rng = np.random.default_rng(7)
+    A = np.eye(3) * 2 + 0.3 * rng.standard_normal((3, 3))
+    B = np.eye(4 if "kron" in expr else 3) * 2 + 0.3 * rng.standard_normal((4 if "kron" in expr else 3,) * 2)
+    vals = {k: v for k, v in {"A": A, "B": B}.items() if k in d.function.params}
+    np.testing.assert_allclose(d.function(**vals), closed(A, B), rtol=1e-10)
