@@ -219,12 +219,12 @@ def _like_key(core: Expr) -> Expr:
     so (AB)ᵀ, BᵀAᵀ and (A)ᵀ… are one term (tr(X⁴)'s gradient collects to 4(X³)ᵀ, not
     (X³)ᵀ + 3(X²)ᵀXᵀ), Xᵏ is X…X; an inner product in any spelling (x:y, y:x, xᵀy, sum(x∘y),
     sum(x**2) for y = x) is one term; and Y**-1 is 1/Y."""
-    if core.shape == SCALAR and core.op in ("frob", "matmul", "sum"):
+    if core.shape == SCALAR and core.op in _INNER_OPS:
         pair = _inner_pair(core)
         if pair is not None:
-            return Expr("frob", tuple(sorted(pair, key=id)), None, SCALAR)  # (a key only: a:b = b:a)
-    if core.op == "mul" and any(f.shape == SCALAR and f.op in ("frob", "matmul", "sum") for f in core.args):
-        keyed = tuple(_like_key(f) if f.shape == SCALAR and f.op in ("frob", "matmul", "sum") else f
+            return _pair_key(*pair)
+    if core.op == "mul" and any(f.shape == SCALAR and f.op in _INNER_OPS for f in core.args):
+        keyed = tuple(_like_key(f) if f.shape == SCALAR and f.op in _INNER_OPS else f
                       for f in core.args)  # 2(dx:x)x and 2(x:dx)x: one term
         return Expr("mul", tuple(sorted(keyed, key=id)), None, core.shape)
     if core.op in ("matmul", "T", "matrix_power"):
@@ -237,11 +237,28 @@ def _like_key(core: Expr) -> Expr:
     return core
 
 
+_INNER_OPS = ("frob", "matmul", "sum", "tr")
+
+
+def _pair_key(a: Expr, b: Expr) -> Expr:
+    """One key for a:b, b:a, aᵀ:bᵀ and bᵀ:aᵀ (a key only): of the two, the pair with fewer
+    transposes on top."""
+    def flip(x):
+        return x.args[0] if x.op == "T" else Expr("T", (x,), None, x.shape[::-1])
+
+    pairs = [tuple(sorted(p, key=id)) for p in ((a, b), (flip(a), flip(b)))]
+    best = min(pairs, key=lambda p: (sum(x.op == "T" for x in p), id(p[0]), id(p[1])))
+    return Expr("frob", best, None, SCALAR)
+
+
 def _inner_pair(e: Expr):
     """(a, b) where the number e is the inner product a:b written as a:b, aᵀb of columns,
-    sum(a∘b) or sum(a**2); else None."""
+    tr(aᵀb), sum(a∘b) or sum(a**2); else None."""
     if e.op == "frob":
         return e.args
+    if e.op == "tr" and e.args[0].op == "matmul":  # tr(AB) = Aᵀ:B
+        A, B = e.args[0].args
+        return (A.args[0] if A.op == "T" else Expr("T", (A,), None, A.shape[::-1])), B
     if e.op == "matmul" and e.args[0].op == "T" and e.args[0].shape[0] == 1 and e.args[1].shape[1] == 1:
         return e.args[0].args[0], e.args[1]
     if e.op == "sum" and e.attr is None:

@@ -599,3 +599,18 @@ def test_powers_of_one_matrix_meet_in_a_trace(expr, wrt, text, closed):
     B = np.eye(4 if "kron" in expr else 3) * 2 + 0.3 * rng.standard_normal((4 if "kron" in expr else 3,) * 2)
     vals = {k: v for k, v in {"A": A, "B": B}.items() if k in d.function.params}
     np.testing.assert_allclose(d.function(**vals), closed(A, B), rtol=1e-10)
+
+
+@pytest.mark.parametrize("expr, text", [
+    ("tr(inv(A)@B)*(inv(A):B.T)", "2*tr(inv(A)@B)*inv(A).T"),  # tr(AB) = Aᵀ:B = A:Bᵀ: one term
+    ("tr(A@B)*tr(B@A)", "2*tr(A@B)*A.T"),
+    ("tr(A@B)*(A.T:B) - (B:A.T)**2", "0"),
+])
+def test_a_trace_of_a_product_is_the_inner_product_it_spells(expr, text):
+    d = matcalc.derive(expr, "B", shapes={"A": ("n", "n"), "B": ("n", "n")})
+    assert d.text == text
+    rng = np.random.default_rng(8)
+    A, B = np.eye(3) * 2 + 0.3 * rng.standard_normal((3, 3)), rng.standard_normal((3, 3))
+    t = np.trace(np.linalg.inv(A) @ B) if "inv" in expr else np.trace(A @ B)
+    want = 2 * t * (np.linalg.inv(A).T if "inv" in expr else A.T) if text != "0" else np.zeros((3, 3))
+    np.testing.assert_allclose(d.function(A=A, B=B), want, rtol=1e-10, atol=1e-12)
