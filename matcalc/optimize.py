@@ -274,7 +274,8 @@ def _zero_with(q: Expr, x: Expr) -> bool:
 
 def _stable_form(e: Expr) -> Expr:
     """log(c + eᶻ) = softplus(z − log c) + log c and eᶻ/(c + eᶻ) = σ(z − log c) for a
-    constant c > 0: the same values, without inf/inf where eᶻ overflows; xᵏ∘log(x), the
+    constant c > 0: the same values, without inf/inf where eᶻ overflows; log cosh(z) as
+    |z| + softplus(−2|z|) − log 2, finite where cosh(z) overflows; xᵏ∘log(x), the
     derivative of xᵏ in k, as xlogy(xᵏ, x), 0 and not 0·(−∞) where x = 0.  (The printed
     derivation keeps the form the user wrote.)"""
     if e.op == "mul" and any(f.op == "mul" for f in e.args):  # log(x)∘(log(y)∘z): the factors side by side
@@ -305,6 +306,9 @@ def _stable_form(e: Expr) -> Expr:
         shifted = z if c == 1.0 else ir.add(z, ir.const(-math.log(c)))
         sp = ir.func("softplus", shifted)
         return sp if c == 1.0 else ir.add(sp, ir.const(math.log(c)))
+    if e.op == "log" and e.args[0].op == "cosh":  # log cosh z = |z| + softplus(−2|z|) − log 2
+        a = ir.func("abs", e.args[0].args[0])
+        return ir.add(a, ir.func("softplus", ir.mul(ir.const(-2.0), a)), ir.const(-math.log(2.0)))
     if e.op == "div" and e.args[0].op == "exp" and _c_plus_exp(e.args[1]):
         c, z = _c_plus_exp(e.args[1])
         if z == e.args[0].args[0]:

@@ -3,6 +3,7 @@ mpmath at 50 digits."""
 import warnings
 
 import mpmath
+import pytest
 import numpy as np
 
 import matcalc
@@ -19,3 +20,12 @@ def test_gelu_stays_exact_far_on_the_negative_side():
     want = [float(mpmath.mpf(v) / 2 * mpmath.erfc(-mpmath.mpf(v) / mpmath.sqrt(2))) for v in x]
     np.testing.assert_allclose(f(x=x), want, rtol=1e-13)
     assert f(x=x)[0] < 0
+
+
+def test_log_cosh_stays_finite_where_cosh_overflows():
+    # the log-cosh loss: cosh(750) overflows, log cosh(750) = 749.31
+    x = np.array([750.0, -800.0, 1.0, 1e-3])
+    want = float(mpmath.fsum(mpmath.log(mpmath.cosh(mpmath.mpf(v))) for v in x))
+    value, grads = matcalc.value_and_grad("sum(log(cosh(x)))", wrt=["x"]).function(x=x)
+    assert value == pytest.approx(want, rel=1e-14)
+    np.testing.assert_allclose(grads["x"], [float(mpmath.tanh(mpmath.mpf(v))) for v in x], rtol=1e-14)
