@@ -20,10 +20,10 @@ from .errors import ParseError
 from .ir import SCALAR, Expr
 from .parse import Node, grammar_parser
 from .printing import ATOM, NEG, POST, POW, PROD, TextPrinter, _minus, _neg_split, exponent_text, fmt_number
-from .shapes import GREEK, _Typer
+from .shapes import _Typer, greek
 
 # the binary operators: MATLAB spelling -> the mul node's value
-MULOPS = {".*": "*", "./": "/", "*": "m*", "/": "m/"}
+MULOPS = {".*": "*", "./": "/", "*": "m*", "/": "m/", "∘": "*", "⊙": "*", "⊘": "/"}
 ONES = ("vector", "matrix")
 
 
@@ -51,16 +51,10 @@ def build(kind: str, kids: list, source: str) -> Node | None:
     return None
 
 
-def _greek(name: str) -> bool:
-    """A Greek name (alpha, lambda2, α): a number in either syntax."""
-    base = re.sub(r"[\d_]+$", "", name) or name
-    return base in GREEK or "\u03b1" <= name[0] <= "\u03c9"
-
-
 def matlab_kind(name: str) -> int:
     """0 scalar, 1 vector, 2 matrix by matrixcalculus.org's convention: a–g scalars,
     h–z vectors, A–Z matrices; Greek names (alpha, lambda, …) scalars."""
-    if _greek(name):
+    if greek(name):
         return 0
     if name[0].isupper():
         return 2
@@ -90,7 +84,7 @@ class MatlabTyper(_Typer):
         return matlab_kind(name)
 
     def why_number(self, name):
-        if _greek(name):
+        if greek(name):
             return "by its Greek name"
         return "by the MATLAB syntax's naming, where a–g are numbers, h–z vectors and A–Z matrices"
 

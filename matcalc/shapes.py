@@ -21,8 +21,16 @@ from .errors import DeriveError, ParseError, ShapeError
 from .parse import Node
 
 GREEK = {"alpha", "beta", "gamma", "delta", "epsilon", "varepsilon", "zeta", "eta", "theta",
-         "vartheta", "iota", "kappa", "lambda", "mu", "nu", "xi", "omicron", "pi", "rho",
-         "sigma", "tau", "upsilon", "phi", "varphi", "chi", "psi", "omega"}
+         "vartheta", "iota", "kappa", "lambda", "mu", "nu", "xi", "omicron", "pi", "varpi", "rho",
+         "varrho", "sigma", "varsigma", "tau", "upsilon", "phi", "varphi", "chi", "psi", "omega"}
+GREEK_SYMBOLS = "ϐϑϕϖϰϱϵ"  # the lower-case letters' other glyphs (ϵ is LaTeX's \epsilon)
+
+
+def greek(name: str) -> bool:
+    """A Greek name: alpha, lambda2, sigma_1, α, ϵ (a number by SPEC §2)."""
+    first = name[0]
+    return (re.sub(r"[\d_]+$", "", name) or name) in GREEK or "\u03b1" <= first <= "\u03c9" \
+        or first in GREEK_SYMBOLS
 
 _USER = ops.user_functions()
 FUNCTIONS = set(_USER)
@@ -61,15 +69,9 @@ MAX_DIM = 10 ** 6
 
 def default_kind(name: str) -> int:
     """0 scalar, 1 vector, 2 matrix, from the spelling of a name (SPEC §2)."""
-    base = re.sub(r"[\d_]+$", "", name) or name
-    if base in GREEK:
+    if greek(name):
         return 0
-    first = name[0]
-    if first.isupper():
-        return 2
-    if "\u03b1" <= first <= "\u03c9":  # a lower-case Greek letter written as itself
-        return 0
-    return 1
+    return 2 if name[0].isupper() else 1
 
 
 class Var:

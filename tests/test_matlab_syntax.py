@@ -204,3 +204,23 @@ def test_a_count_prints_as_the_size_of_a_symbol_in_matlab(expr, text, count):
     back = matcalc.derive(f"({text})*beta", wrt="beta", syntax="matlab")
     vals = {k: v for k, v in dict(x=x, X=X).items() if k in back.function.params}
     assert back.function(beta=1.0, **vals) == pytest.approx(count(x, X))
+
+
+@pytest.mark.parametrize("expr, wrt, grad", [
+    # ᵀ was read as a letter of the name: Xᵀ a second matrix, and the gradient Xᵀ'
+    ("trace(Xᵀ*X)", "X", lambda X, Y: 2 * X),
+    ("trace(X'*X)", "X", lambda X, Y: 2 * X),
+    ("sum(sum(Xᵀ ∘ Y))", "X", lambda X, Y: Y.T),   # ∘ ⊙ ⊘ are .* and ./, as in matcalc's syntax
+    ("sum(sum(X ⊘ Yᵀ))", "X", lambda X, Y: 1 / Y.T),
+    ("sum(sum(X⊙X))", "X", lambda X, Y: 2 * X),
+])
+def test_unicode_operators_in_matlab_syntax(expr, wrt, grad):
+    shapes = {"X": ("a", "b"), "Y": ("b", "a")} if "Y" in expr else None
+    d = matcalc.derive(expr, wrt, syntax="matlab", shapes=shapes)
+    assert set(d.user_shapes) <= {"X", "Y"}
+    rng = np.random.default_rng(3)
+    X, Y = rng.standard_normal((3, 4)), rng.uniform(1, 2, (4, 3))
+    if "Y" not in expr:
+        X = rng.standard_normal((3, 4)) if "trace" not in expr else X
+    args = {k: v for k, v in {"X": X, "Y": Y}.items() if k in d.function.params}
+    np.testing.assert_allclose(d.function(**args), grad(X, Y), rtol=1e-12)

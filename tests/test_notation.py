@@ -122,3 +122,14 @@ def test_a_caret_T_beside_a_symbol_named_T_gets_a_note():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         matcalc.derive("x^T@A@x", "x")  # no T anywhere else: no note
+
+
+@pytest.mark.parametrize("name", ["ϵ", "ϑ", "ϕ", "ϖ", "ϱ", "varrho", "varsigma", "varpi", "ε", "θ"])
+def test_every_spelling_of_a_greek_letter_is_a_number(name):
+    # ϵ (LaTeX's \\epsilon), ϑ, ϕ and the var- names were vectors: x + ϵ was a sum of two vectors
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        d = matcalc.derive(f"sum(log(x + {name}))", name)
+    assert d.user_shapes[name] == () and d.shape == ()
+    x = np.array([0.5, 1.0, 3.0])
+    assert d.function(x=x, **{name: 0.25}) == pytest.approx(np.sum(1 / (x + 0.25)), rel=1e-12)
