@@ -331,6 +331,10 @@ def run(argv=None) -> int:
             obj = json_object(d, report, exact, args.backend, notes)
             if at is not None:
                 obj["value"] = (values[w] + 0.0).tolist()  # (+ 0.0: no -0.0)
+                if args.layout == "numerator":
+                    obj["numerator_value"] = (_numerator(values[w]) + 0.0).tolist()
+            if args.layout == "numerator":
+                obj["layout"] = "numerator"
             out.append(dumps(obj))
             continue
         if len(results) > 1:
@@ -357,8 +361,11 @@ def run(argv=None) -> int:
             import numpy as np
 
             where = ", ".join(f"{k}" for k in d.function.params)
-            out.append(f"at the given {where}: ∂{d.lam_symbol}/∂{w} =")
-            out.append(np.array2string(np.asarray(values[w]) + 0.0, precision=8, max_line_width=100,
+            numerator = args.layout == "numerator"
+            out.append(f"at the given {where}: ∂{d.lam_symbol}/∂{w}"
+                       + (" in the numerator layout =" if numerator else " ="))
+            value = _numerator(values[w]) if numerator else np.asarray(values[w])
+            out.append(np.array2string(value + 0.0, precision=8, max_line_width=100,
                                        threshold=10 ** 6))  # (+ 0.0: no -0.)
         if args.code:
             out.append(d.source(args.backend).rstrip())
@@ -372,6 +379,14 @@ def run(argv=None) -> int:
                                  else "numerical check") + (" failed" if status == EXIT_CHECK_FAILED
                                                             else " cannot be made"), file=sys.stderr)
     return status
+
+
+def _numerator(value):
+    """A gradient's value in the numerator layout: its transpose, a vector as a row."""
+    import numpy as np
+
+    value = np.asarray(value)
+    return value.T if value.ndim == 2 else value[None, :] if value.ndim == 1 else value
 
 
 def json_object(d, report=None, exact=None, backend: str = "numpy", notes=()) -> dict:
@@ -433,8 +448,34 @@ def _printable_streams() -> None:
 _ASCII_JSON = False  # --json to a stdout that cannot encode every character: \u escapes
 
 
+class _Diagnostics:
+    """stderr that never raises: a message or note that cannot be written (stderr on a full
+    disk) is dropped and remembered, so the exit status still tells what happened."""
+
+    def __init__(self, stream):
+        self.stream, self.failed = stream, False
+
+    def write(self, text):
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except (OSError, ValueError):
+            self.failed = True
+        return len(text)
+
+    def flush(self):
+        try:
+            self.stream.flush()
+        except (OSError, ValueError):
+            self.failed = True
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
 def main(argv=None) -> None:
     _printable_streams()
+    sys.stderr = errors = _Diagnostics(sys.stderr)
     try:
         code = run(argv)
         sys.stdout.flush()  # (a write that fails, fails here: not at exit, unreported)
@@ -453,4 +494,6 @@ def main(argv=None) -> None:
         print(f"matcalc: internal error ({type(e).__name__}: {e}); please report it "
               "(set MATCALC_DEBUG=1 for the traceback)", file=sys.stderr)
         code = EXIT_INTERNAL
+    if errors.failed and code == EXIT_OK:  # a note was lost: the output is not all there
+        code = EXIT_OUTPUT
     sys.exit(code)

@@ -156,6 +156,35 @@ def test_output_that_cannot_be_written_is_no_internal_error():
     assert r.returncode == 74 and "cannot write the output" in r.stderr and "internal" not in r.stderr, r.stderr
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("argv, code", [
+    (["derive", "sum(x", "--wrt", "x"], 2),        # a refusal whose message cannot be written: still 2
+    (["derive", "tr(A*X)", "--wrt", "X"], 74),     # an answer whose note is lost: not all of the output
+    (["jacobian", "sum(x*x)", "--wrt", "x"], 74),
+    (["derive", "x:x", "--wrt", "x"], 0),          # nothing on stderr
+])
+def test_diagnostics_that_cannot_be_written_keep_the_exit_status(argv, code):
+    # stderr on a full disk: every one of these exited 1, which says a check failed
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([sys.executable, "-m", "matcalc", *argv], stdout=subprocess.PIPE, stderr=full, text=True)
+    assert r.returncode == code
+
+
+def test_numerator_layout_applies_to_the_value_at_a_point(capsys):
+    # the value was printed in the gradient's layout under the numerator heading
+    at = ["--at", "X=[[1,2,3],[4,5,6]]", "--at", "W=[[1],[2],[3]]", "--at", "G=[[1],[-1]]"]
+    code, out, err = run(capsys, "derive", "G:(X@W)", "--wrt", "W", "--layout", "numerator", *at)
+    assert code == 0, err
+    printed = out.split("in the numerator layout =")[1]
+    want = (np.array([[1, 2, 3], [4, 5, 6]]).T @ np.array([[1], [-1]])).T  # (X.T@G).T, 1×3
+    assert np.array2string(want + 0.0, precision=8) in printed
+    code, out, err = run(capsys, "derive", "x:(A@y)", "--wrt", "y", "--layout", "numerator", "--json",
+                         "--at", "x=[1,2]", "--at", "A=[[1,0,2],[0,1,0]]", "--at", "y=[1,1,1]")
+    obj = __import__("json").loads(out)
+    assert obj["layout"] == "numerator" and obj["value"] == [1.0, 2.0, 2.0]
+    assert obj["numerator_value"] == [[1.0, 2.0, 2.0]]  # a row, Aᵀx transposed
+
+
 @pytest.mark.parametrize("command", ["derive", "hessian"])
 def test_a_check_out_of_memory_is_a_refusal(capsys, monkeypatch, command):
     import matcalc.check as mcheck
