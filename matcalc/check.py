@@ -262,6 +262,7 @@ def _symmetric_fd(f, G, inputs, wrt, base, rng, h, max_entries, directions):
     return err / scale, len(fd), ""
 
 
+ALL_ZERO = "the gradient and the finite differences were zero on every draw"
 RETRIES = 5  # other size choices tried where the first gave no finite values (or, inverting, failed)
 
 
@@ -289,15 +290,20 @@ def over_size_choices(user_shapes: dict, fixed, run, inverts: bool = True) -> Ch
                               "sizes (d.check(sizes={...}) in Python; --shape's sizes on the command line)") from None
 
     first = at(choose_sizes(dims, fixed))
-    if first.ok or (np.isfinite(first.max_rel_error) and not inverts):
+    # all zero where λ inverts: det(XᵀX) of a wide X is 0 for every X, which tests nothing
+    blank = first.ok and inverts and first.message == ALL_ZERO
+    if first.ok and not blank or (np.isfinite(first.max_rel_error) and not inverts):
         return first
     second = None
     for other in _other_sizes(dims, fixed, first.sizes):
         second = at(other)
-        if np.isfinite(second.max_rel_error) if not np.isfinite(first.max_rel_error) else second.ok:
+        if (second.ok and second.message != ALL_ZERO if blank else np.isfinite(second.max_rel_error)
+                if not np.isfinite(first.max_rel_error) else second.ok):
             break
     else:
         return first
+    if blank:
+        return second
     if not np.isfinite(first.max_rel_error):
         return second
     # failed at the first sizes and passed at the others: XᵀX of a wide X is singular, and
@@ -311,9 +317,11 @@ def over_size_choices(user_shapes: dict, fixed, run, inverts: bool = True) -> Ch
 def _other_sizes(dims, fixed, tried, most: int = RETRIES):
     """Up to ``most`` other ways to hand out the sizes: the names in reverse order, then
     other orders (AXB of A n×p, X p×m, B m×n is singular unless n is the smallest)."""
+    free = [d for d in dims if d not in (fixed or {})]
+    values = [tried[d] for d in free]  # (the sizes themselves change hands: m is large in any order)
     seen = [tried]
-    for order in itertools.chain([dims[::-1]], itertools.permutations(dims)):
-        sizes = choose_sizes(list(order), fixed)
+    for order in itertools.chain([values[::-1]], itertools.permutations(values)):
+        sizes = dict(tried, **dict(zip(free, order)))
         if sizes not in seen:
             seen.append(sizes)
             yield sizes
@@ -389,7 +397,7 @@ def _gradient_check_at(sizes, value_function, gradient, wrt, user_shapes, symbol
             continue
         worst, total, used = max(worst, err), total + n, used + 1
         if msg == "zero":
-            msg = "the gradient and the finite differences were zero on every draw"
+            msg = ALL_ZERO
         note = note or msg
     if used == 0:
         why = ("the gradient met a singular matrix on every draw where λ was finite" if singular

@@ -13,7 +13,7 @@ from . import ir
 from .ops import REGISTRY
 from .ir import Expr
 
-NOTE = ("{S} is symmetric: only symmetric dS exist, so the gradient is the symmetric part "
+NOTE = ("{S} is symmetric: only symmetric d{S} exist, so the gradient is the symmetric part "
         "sym(G) = (G + Gᵀ)/2 of any G with dλ = G:d{S} (Srinivasan & Panda, arXiv:1911.06491; "
         "the Matrix Cookbook's G + Gᵀ − G∘I is not the gradient)")
 

@@ -15,6 +15,7 @@ SymPy is imported here only, and this module only when one of these is used.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import re
 
@@ -690,6 +691,35 @@ def _zero(want, got, points) -> tuple:
     return True, "rational points"
 
 
+
+def _concrete(shape, chosen):
+    """A symbolic shape at the chosen sizes (a product dimension a*b: its factors' product)."""
+    return tuple(math.prod(chosen.get(f, f) for f in ir.dim_factors(x)) if isinstance(x, str) and "*" in x
+                 else chosen.get(x, x) for x in shape)
+
+
+def _explicit(d, chosen, symmetric):
+    """(SymPy matrices of symbols for each input, their symbols, λ, the gradient) at the
+    chosen sizes; NonInvertibleMatrixError where a matrix inverted is singular for every value."""
+    values, entries = {}, {}
+    for name, shape in d.user_shapes.items():
+        conc = _concrete(shape, chosen)
+        safe = "".join(ch if ch.isalnum() else "_" for ch in name)
+        if not conc:
+            v = sp.Symbol(safe, real=True)
+            entries[name] = [v]
+        elif name in symmetric:  # one symbol per pair (i, j) and (j, i)
+            r = conc[0]
+            v = sp.Matrix(r, r, lambda i, j: sp.Symbol(f"{safe}_{min(i, j)}{max(i, j)}", real=True))
+            entries[name] = [v[i, j] for i in range(r) for j in range(i, r)]
+        else:
+            r, c = conc if len(conc) == 2 else (conc[0], 1)
+            v = sp.Matrix(r, c, lambda i, j: sp.Symbol(f"{safe}_{i}{j}" if c > 1 else f"{safe}_{i}",
+                                                      real=True))
+            entries[name] = list(v)
+        values[name] = v
+    return values, entries, to_explicit(d.lam, values, chosen), to_explicit(d.gradient, values, chosen)
+
 def exact_check(d, seed: int = 0, sizes: dict | None = None, domain: dict | None = None):
     """Verify d.gradient entry by entry against the derivative of λ, both written out
     with SymPy at small concrete sizes (distinct per dimension where there are at most
@@ -705,40 +735,26 @@ def exact_check(d, seed: int = 0, sizes: dict | None = None, domain: dict | None
             dims += [f for f in ir.dim_factors(x) if isinstance(f, str) and f not in dims]
     chosen = dict(sizes or {})
     free = [s for s in EXACT_SIZES if s not in chosen.values()] or list(EXACT_SIZES)
-    for i, x in enumerate([x for x in dims if x not in chosen]):
+    mine = [x for x in dims if x not in chosen]
+    for i, x in enumerate(mine):
         chosen[x] = free[i % len(free)]
     domains = infer_domains(d.lam, d.symbols)
     domains.update(domain or {})
-    values, entries = {}, {}
     symmetric = set(getattr(d, "symmetric", ()) or ())  # symmetric=: S drawn symmetric, sym(G) checked
-
-    def concrete(shape):  # (a product dimension a*b: the product of its factors' sizes)
-        return tuple(math.prod(chosen.get(f, f) for f in ir.dim_factors(x)) if isinstance(x, str) and "*" in x
-                     else chosen.get(x, x) for x in shape)
-
-    for name, shape in d.user_shapes.items():
-        conc = concrete(shape)
-        safe = "".join(ch if ch.isalnum() else "_" for ch in name)
-        if not conc:
-            v = sp.Symbol(safe, real=True)
-            entries[name] = [v]
-        elif name in symmetric:  # one symbol per pair (i, j) and (j, i)
-            r = conc[0]
-            v = sp.Matrix(r, r, lambda i, j: sp.Symbol(f"{safe}_{min(i, j)}{max(i, j)}", real=True))
-            entries[name] = [v[i, j] for i in range(r) for j in range(i, r)]
-        else:
-            r, c = conc if len(conc) == 2 else (conc[0], 1)
-            v = sp.Matrix(r, c, lambda i, j: sp.Symbol(f"{safe}_{i}{j}" if c > 1 else f"{safe}_{i}",
-                                                      real=True))
-            entries[name] = list(v)
-        values[name] = v
-    try:
-        lam = to_explicit(d.lam, values, chosen)
-        G = to_explicit(d.gradient, values, chosen)
-    except sp.matrices.exceptions.NonInvertibleMatrixError:  # det(x@x.T): singular for every x
-        return ExactReport(False, float("inf"), 0.0, chosen, domains, 0, 0,
+    # XᵀX of a wide X is singular for every X: then the sizes change hands (X tall)
+    tries = [chosen] + [dict(chosen, **dict(zip(mine, order)))
+                        for order in itertools.islice(itertools.permutations([chosen[x] for x in mine]), 1, 6)]
+    for chosen in tries:
+        try:
+            values, entries, lam, G = _explicit(d, chosen, symmetric)
+            break
+        except sp.matrices.exceptions.NonInvertibleMatrixError:  # det(x@x.T): singular for every x
+            continue
+    else:
+        return ExactReport(False, float("inf"), 0.0, tries[0], domains, 0, 0,
                            "a matrix that λ or its gradient inverts is singular for every value "
-                           "(SymPy: det = 0) at these sizes")
+                           "(SymPy: det = 0) at these sizes" + (" and with the sizes exchanged" if len(tries) > 1 else ""))
+
     W = values[d.wrt]
     Gm = G if _is_matrix(G) else sp.Matrix([[G]])
     Wm = W if _is_matrix(W) else sp.Matrix([[W]])
@@ -753,7 +769,7 @@ def exact_check(d, seed: int = 0, sizes: dict | None = None, domain: dict | None
     for _ in range(2):
         subs = {}
         for name, shape in d.user_shapes.items():
-            val = _rational_draw(concrete(shape), domains.get(name, "normal"), rng)
+            val = _rational_draw(_concrete(shape, chosen), domains.get(name, "normal"), rng)
             if name in symmetric:  # (S + Sᵀ)/2, its upper triangle in the order of the symbols
                 val = (val + val.T) / 2
                 val = [val[i, j] for i in range(val.shape[0]) for j in range(i, val.shape[0])]

@@ -124,6 +124,17 @@ def test_products_singular_at_the_first_sizes_are_checked_at_the_others(expr, wr
     assert "a=3, b=4 it failed" in report.message and report.sizes == {"b": 3, "a": 4}
 
 
+@pytest.mark.parametrize("expr", ["logdet(X.T@X)", "tr(inv(X.T@X))", "det(X.T@X)", "logdet(X.T@A@X)"])
+def test_sizes_change_hands_when_the_names_fix_their_order(expr):
+    # m is one of the 'large' names, so every order of the names drew X 3×9: XᵀX singular on
+    # every draw (logdet: a false FAIL; det: zero everywhere, a pass that tested nothing)
+    d = matcalc.derive(expr, wrt="X", shapes={"X": ("d", "m")})
+    report = d.check()
+    assert report.ok and report.sizes["d"] > report.sizes["m"] and "zero on every draw" not in report.message
+    exact = d.check(exact=True)  # SymPy: XᵀX of a wide X is singular for every value
+    assert exact.ok and exact.sizes["d"] > exact.sizes["m"], exact.message
+
+
 def test_a_product_singular_in_both_orders_of_the_sizes_is_checked_at_a_third():
     # A n×p, X p×m, B m×n: AXB has rank min(n, p, m), so it is singular unless n is the
     # smallest size; the declared sizes draw p smallest, and so does their reverse

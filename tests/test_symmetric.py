@@ -179,3 +179,9 @@ def test_the_hessian_in_a_symmetric_matrix():
                         "--json", "--check"], capture_output=True, text=True)
     out = json.loads(r.stdout.splitlines()[0])
     assert r.returncode == 0 and out["symmetric"] == ["S"] and out["check"]["ok"], r.stderr
+
+
+def test_the_symmetric_note_names_the_matrix():
+    # it said "only symmetric dS exist" whatever the matrix was called
+    d = matcalc.derive("logdet(K) - tr(K@A)", "K", symmetric=["K"])
+    assert "only symmetric dK exist" in d.symmetric_note and "dS" not in d.symmetric_note
