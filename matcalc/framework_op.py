@@ -13,7 +13,7 @@ apply to a ``custom_vjp``.
 """
 from __future__ import annotations
 
-from . import backends
+from . import backends, ir
 from .errors import DeriveError
 from .function import Orientation
 
@@ -60,9 +60,14 @@ class MatcalcOp:
         self.cotangent = gname = _cotangent_name(taken)
         vshapes = dict(self.user_shapes)
         vshapes[gname] = self.out_shape
-        self.derivations = derive(f"{gname}:({expr})", wrt=self.names, shapes=vshapes,
-                                  definitions=definitions)
-        first = self.derivations[self.names[0]]
+        # an input whose values λ never reads (only its size: size(A, 0)*X) has the VJP 0
+        read = [n for n in self.names if any(s.attr == n for s in ir.symbols(typed.expr))]
+        if not read:
+            raise DeriveError(f"{expr} reads the values of none of its inputs (only sizes): it has no derivative to use")
+        self.derivations = derive(f"{gname}:({expr})", wrt=read, shapes=vshapes, definitions=definitions)
+        first = self.derivations[read[0]]
+        gradients = [self.derivations[n].gradient if n in self.derivations else ir.const(0.0, typed.symbols[n].shape)
+                     for n in self.names]
         # an input declared with a size-1 dimension may come in that shape or squeezed (as in
         # derive's functions); F is in its user shape (a column is 1-D), each gradient in its input's
         fwd_src, fparams = backends.function_source(
@@ -70,7 +75,7 @@ class MatcalcOp:
             f"the value of {expr}", declared=self.user_shapes)
         vjp_names = self.names + [gname]
         vjp_src, vparams = backends.function_source(
-            backend, "vjp", [self.derivations[n].gradient for n in self.names], vjp_names, first.symbols,
+            backend, "vjp", gradients, vjp_names, first.symbols,
             f"the gradients of {gname}:F for every input, F = {expr}",
             returns=lambda rs: "(" + ", ".join(rs) + ("," if len(rs) == 1 else "") + ")",
             declared=vshapes, shaped_like=self.names)

@@ -231,3 +231,17 @@ def test_an_op_names_the_argument_whose_shape_does_not_fit(backend):
     # x given as the column it is declared: W@x is a column, as NumPy's (3, 4) @ (4, 1); squeezed, 1-D
     assert tuple(col(W=W, x=x[:4].reshape(4, 1)).shape) == (3, 1)
     assert tuple(col(W=W, x=x[:4]).shape) == (3,)
+
+
+def test_an_input_read_only_for_its_size_has_a_zero_backward():
+    # matcalc's own gradient of logdet(kron(A, X)): A's values never matter, and op refused it
+    torch = pytest.importorskip("torch")
+    f = matcalc.op("size(A, 0)*inv(X).T", backend="torch", shapes={"A": ("m", "m"), "X": ("n", "n")})
+    A = torch.tensor(RNG.standard_normal((2, 2)), requires_grad=True)
+    X = torch.tensor(2 * np.eye(3) + 0.3 * RNG.standard_normal((3, 3)), requires_grad=True)
+    G = torch.tensor(RNG.standard_normal((3, 3)))
+    f(A=A, X=X).backward(G)
+    Xi = np.linalg.inv(X.detach().numpy())
+    # G:(2X⁻ᵀ) = 2Gᵀ:X⁻¹, whose gradient in X is -2X⁻ᵀGᵀX⁻ᵀ
+    np.testing.assert_allclose(X.grad.numpy(), -2 * Xi.T @ G.numpy().T @ Xi.T, rtol=1e-10)
+    assert A.grad is not None and not A.grad.numpy().any()
