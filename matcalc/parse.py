@@ -12,7 +12,7 @@ from pathlib import Path
 from .errors import ParseError
 
 MAX_DEPTH = 200  # nesting deeper than this is refused, never a RecursionError
-MAX_LENGTH = 250_000  # (a Hessian's text read back: 45,000 characters through four softmaxes)
+MAX_LENGTH = 20000
 
 
 @dataclass(frozen=True)

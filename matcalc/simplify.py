@@ -938,6 +938,13 @@ def s_frob(a: Expr, b: Expr) -> Expr:
     for x, y in ((a, b), (b, a)):  # (Xᵃ)ᵀ:Xᵇ = tr(Xᵃ⁺ᵇ): X⁻ᵀ:X = n, (X⁻²)ᵀ:X = tr(X⁻¹)
         if x.op == "T" and (merged := _power_product(x.args[0], y)) is not None:
             return s_func("tr", merged)
+    for x, y in ((a, b), (b, a)):  # (LR):Y = L:(YRᵀ) = R:(LᵀY), where YRᵀ or LᵀY is I: tr(L), tr(R)
+        if x.op == "matmul" and y.shape[0] == y.shape[1]:
+            L, R = x.args
+            if L.shape == R.shape[::-1] == y.shape and s_matmul(y, s_T(R)).op == "eye":
+                return s_func("tr", L)
+            if L.shape == R.shape[::-1] == y.shape[::-1] and s_matmul(s_T(L), y).op == "eye":
+                return s_func("tr", R)
     for x, y in ((a, b), (b, a)):  # (β1):X = β sum(X)
         if (beta := _spread_number(x)) is not None:
             return s_mul(beta, s_func("sum", y))
@@ -1086,11 +1093,18 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
         return a.args[0]
     if name == "tr" and a.op == "T":
         return s_func("tr", a.args[0])
+    if name == "tr" and a.op == "matmul" and a.args[0].shape[1] == 1:  # tr(u vᵀ) = vᵀu
+        return s_matmul(a.args[1], a.args[0])
     if name == "inv":
         if a.op == "inv":
             return a.args[0]
         if a.op == "eye":
             return a
+        sc, X = _split_scalars(a)  # (cX)⁻¹ = X⁻¹/c and (X/c)⁻¹ = cX⁻¹: the number comes out
+        if sc and X.shape == a.shape:
+            return s_div(s_func("inv", X), s_mul(*sc))
+        if a.op == "div" and a.args[1].shape == SCALAR and a.args[0].shape == a.shape:
+            return s_mul(a.args[1], s_func("inv", a.args[0]))
     if name == "diag" and a.op == "Diag":
         return a.args[0]
     if name == "diag" and a.op == "eye":  # diag(I) = 1

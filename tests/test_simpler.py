@@ -614,3 +614,22 @@ def test_a_trace_of_a_product_is_the_inner_product_it_spells(expr, text):
     t = np.trace(np.linalg.inv(A) @ B) if "inv" in expr else np.trace(A @ B)
     want = 2 * t * (np.linalg.inv(A).T if "inv" in expr else A.T) if text != "0" else np.zeros((3, 3))
     np.testing.assert_allclose(d.function(A=A, B=B), want, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("expr, wrt, text, closed", [
+    # a number inside an inverse comes out: logdet(X/2) read 0.5*inv(0.5*X).T
+    ("logdet(X/2)", "X", "inv(X).T", lambda X, x, a: np.linalg.inv(X).T),
+    ("tr(inv(2*X))", "X", "-0.5*matrix_power(X, -2).T", lambda X, x, a: -0.5 * np.linalg.matrix_power(np.linalg.inv(X), 2).T),
+    ("det(alpha*X)", "X", "det(alpha*X)*inv(X).T", lambda X, x, a: np.linalg.det(a * X) * np.linalg.inv(X).T),
+    # (LR):Y = L:(YRᵀ) where YRᵀ = I, then tr(u vᵀ) = vᵀu: was -(inv(alpha*S).T@x@x.T@inv(alpha*S).T:S)
+    ("x.T@inv(alpha*X)@x", "alpha", "-x.T@inv(X).T@x/alpha**2", lambda X, x, a: -x @ np.linalg.inv(X) @ x / a ** 2),
+    ("tr(A@x@y.T)*alpha", "alpha", "y.T@A@x", None),
+])
+def test_numbers_leave_inverses_and_traces_of_outer_products_are_inner_products(expr, wrt, text, closed):
+    d = matcalc.derive(expr, wrt, shapes={"A": ("n", "n")} if "A" in expr else None)
+    assert d.text == text
+    rng = np.random.default_rng(9)
+    X, x, a = np.eye(3) * 2 + 0.3 * rng.standard_normal((3, 3)), rng.standard_normal(3), 0.7
+    if closed is not None:
+        vals = {k: v for k, v in {"X": X, "x": x, "alpha": a}.items() if k in d.function.params}
+        np.testing.assert_allclose(d.function(**vals), closed(X, x, a), rtol=1e-10)
