@@ -143,6 +143,10 @@ def _s_add(terms) -> Expr:
     for t in terms:
         flat.extend(t.args if t.op == "add" else [t])
     shape = ir._broadcast([t.shape for t in flat])
+    vecs = [split_coeff(t) for t in flat]
+    if len(flat) > 1 and all(core is not None and core.op == "vec" and core.args[0].shape == vecs[0][1].args[0].shape
+                             for _, core in vecs):  # c vec(A) + vec(B) = vec(cA + B): vec is linear
+        return s_func("vec", s_add(*[scale(c, core.args[0]) for c, core in vecs]))
     shorter = _open_brackets(flat, shape)
     if shorter is None:
         shorter = _complementary_sigmoids(flat, shape)
@@ -645,6 +649,9 @@ def s_matmul(a: Expr, b: Expr) -> Expr:
     if a.op == "kron" and b.op == "kron" and a.args[0].shape[1] == b.args[0].shape[0] \
             and a.args[1].shape[1] == b.args[1].shape[0]:  # (A⊗B)(C⊗D) = AC⊗BD
         return s_func("kron", s_matmul(a.args[0], b.args[0]), s_matmul(a.args[1], b.args[1]))
+    if b.op == "vec" and (pq := _kron_factors(a)) is not None \
+            and b.args[0].shape == (pq[1].shape[1], pq[0].shape[1]):  # (P⊗Q) vec(X) = vec(Q X Pᵀ)
+        return s_func("vec", s_matmul(s_matmul(pq[1], b.args[0]), s_T(pq[0])))
     if a.op == "const" and b.op == "const":  # (1 1ᵀ)(1 1ᵀ) = k 1 1ᵀ, k the inner size
         return s_mul(const(a.attr * b.attr), count((a.shape[1], 1)), const(1.0, shape))
     if a.op == "const" and a.shape[0] != 1 and a.shape[1] != 1 and b.shape[1] == 1:  # (c 1 1ᵀ) v = c sum(v) 1

@@ -633,3 +633,29 @@ def test_numbers_leave_inverses_and_traces_of_outer_products_are_inner_products(
     if closed is not None:
         vals = {k: v for k, v in {"X": X, "x": x, "alpha": a}.items() if k in d.function.params}
         np.testing.assert_allclose(d.function(**vals), closed(X, x, a), rtol=1e-10)
+
+
+def _vec(M):
+    return M.reshape(-1, order="F")  # column-major, as matcalc's vec
+
+
+@pytest.mark.parametrize("expr, text, grad", [
+    # (Bᵀ⊗A) vec(X) = vec(AXB), and vec is linear: was unvec(2*kron(B.T, A).T@(kron(B.T, A)@vec(X) - vec(C)))
+    ("norm2(kron(B.T, A)@vec(X) - vec(C))**2", "2*A.T@(A@X@B - C)@B.T",
+     lambda A, X, B, C: 2 * A.T @ (A @ X @ B - C) @ B.T),
+    ("vec(C).T@kron(B.T, A)@vec(X)", "A.T@C@B.T", lambda A, X, B, C: A.T @ C @ B.T),
+])
+def test_a_kronecker_product_times_a_vec_is_the_vec_of_a_matrix_product(expr, text, grad):
+    shapes = {"A": ("p", "q"), "X": ("q", "r"), "B": ("r", "s"), "C": ("p", "s")}
+    d = matcalc.derive(expr, "X", shapes=shapes)
+    assert d.text == text
+    rng = np.random.default_rng(10)
+    A, X, B, C = (rng.standard_normal(s) for s in ((2, 3), (3, 4), (4, 5), (2, 5)))
+    lam = lambda X: (np.sum((np.kron(B.T, A) @ _vec(X) - _vec(C)) ** 2) if "norm2" in expr
+                     else _vec(C) @ np.kron(B.T, A) @ _vec(X))
+    from support.fd import central_fd_grad
+    np.testing.assert_allclose(d.function(A=A, X=X, B=B, C=C), central_fd_grad(lam, {"X": X}, "X"), rtol=1e-7)
+    np.testing.assert_allclose(d.function(A=A, X=X, B=B, C=C), grad(A, X, B, C), rtol=1e-12)
+    if "norm2" in expr:
+        h = matcalc.hessian(expr, "X", shapes=shapes)
+        assert h.text == "2*A.T@A@dX@B@B.T"
