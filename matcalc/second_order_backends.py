@@ -274,6 +274,25 @@ def module_source(m, backend: str, vmap: bool = False) -> str:
 
 # ------------------------------------------------------------------ the callable
 
+def _named_apart(bound, letter: str, taken: set):
+    """bound (hvp(V, /, **values)) with a signature whose positional parameter is named
+    apart from the symbols (V, else V_, …): jax.jit binds arguments by the signature's names,
+    and fails where the tangent and a symbol named V share one."""
+    import inspect
+
+    name = letter
+    while name in taken:
+        name += "_"
+
+    def call(*args, **values):
+        return bound(*args, **values)
+
+    call.__name__, call.__doc__ = bound.__name__, bound.__doc__
+    call.__signature__ = inspect.Signature([inspect.Parameter(name, inspect.Parameter.POSITIONAL_ONLY),
+                                            inspect.Parameter("values", inspect.Parameter.VAR_KEYWORD)])
+    return call
+
+
 class _Functions:
     """The functions of one torch or jax module of a Hessian or Jacobian, with the methods of
     the NumPy side.  Arguments are the framework's tensors (torch also takes NumPy arrays);
@@ -298,6 +317,9 @@ class _Functions:
         self._first = m.derivation._grad_source[2] if m.kind == "hessian" else "value"
         if m.kind == "jacobian":
             self._orientation = m.orientation
+        for method, letter in (("hvp", "V"), ("jvp", "V"), ("vjp", "G")):
+            if method in self.methods:
+                setattr(self, method, _named_apart(getattr(self, method), letter, set(self._user_shapes)))
 
     def __repr__(self):
         return f"<matcalc {self.backend} {self.kind} functions of {self.wrt}: {', '.join(self.methods)}>"

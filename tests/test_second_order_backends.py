@@ -468,3 +468,19 @@ def test_torch_kron_of_a_transposed_column():
     vals = {"A": rng.standard_normal((1, 3)), "X": rng.standard_normal((3, 2)), "G": rng.standard_normal((9, 2))}
     got = d.callable("torch")(**{k: torch.from_numpy(v) for k, v in vals.items()})
     np.testing.assert_allclose(got.numpy(), d.function(**vals), rtol=1e-12)
+
+
+def test_jit_of_products_when_a_symbol_is_named_like_the_tangent():
+    # hvp(V, /, **values) under jax.jit with a symbol V: jax binds by name, and failed
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    rng = np.random.default_rng(15)
+    U, V, M, T = rng.standard_normal((3, 2)), rng.standard_normal((4, 2)), rng.standard_normal((3, 4)), \
+        rng.standard_normal((3, 2))
+    f = matcalc.hessian("0.5*norm2(U@V.T - M)**2", "U").callable("jax")
+    np.testing.assert_allclose(jax.jit(f.hvp)(T, U=U, V=V, M=M), T @ V.T @ V, rtol=1e-12)  # H[T] = T VᵀV
+    G, X, C = rng.standard_normal((3, 4)), rng.standard_normal((4, 5)), rng.standard_normal((3, 5))
+    g = matcalc.jacobian("G@X", "X").callable("jax")
+    np.testing.assert_allclose(jax.jit(g.vjp)(C, G=G, X=X), G.T @ C, rtol=1e-12)
+    j = matcalc.jacobian("V@X", "X", shapes={"V": ("a", "b")}).callable("jax")
+    np.testing.assert_allclose(jax.jit(j.jvp)(X, V=G, X=X), G @ X, rtol=1e-12)
