@@ -81,7 +81,16 @@ def symmetrize(G: Expr, names) -> Expr:
             R = simplify(ir.add(*rest))
             RT = use_symmetry(simplify(ir.T(R)), names)
             return simplify(ir.add(*kept, ir.mul(ir.const(0.5), ir.add(R, RT))))
-    return simplify(ir.mul(ir.const(0.5), ir.add(G, GT)))
+    from .simplify import scale, split_coeff
+
+    plain = simplify(ir.mul(ir.const(0.5), ir.add(G, GT)))
+    c, core = split_coeff(opened)
+    if core is None or core.op != "add":
+        return plain
+    # the transpose term by term, each with Sᵀ = S: (S - A)ᵀ = S - Aᵀ, so G + Gᵀ = 2S - A - Aᵀ
+    half = [scale(0.5 * c, t) for t in core.args]
+    spread = simplify(ir.add(*half, *[use_symmetry(simplify(ir.T(t)), names) for t in half]))
+    return spread if ir.tree_size(spread) <= ir.tree_size(plain) else plain
 
 
 def _opened(e: Expr, most: int = 16) -> Expr:

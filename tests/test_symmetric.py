@@ -185,3 +185,20 @@ def test_the_symmetric_note_names_the_matrix():
     # it said "only symmetric dS exist" whatever the matrix was called
     d = matcalc.derive("logdet(K) - tr(K@A)", "K", symmetric=["K"])
     assert "only symmetric dK exist" in d.symmetric_note and "dS" not in d.symmetric_note
+
+
+@pytest.mark.parametrize("expr, text, closed", [
+    # sym(G) term by term with Sᵀ = S: was S + (S - A).T - A
+    ("norm2(S - A)**2", "2*S - A - A.T", lambda S, A, C: 2 * S - A - A.T),
+    # was 0.5*(inv(S)@(C.T@inv(S) + I) + (inv(S)@(C.T@inv(S) + I)).T)
+    ("logdet(S) - tr(inv(S)@C)", "0.5*inv(S)@(C.T + C)@inv(S) + inv(S)",
+     lambda S, A, C: np.linalg.inv(S) + np.linalg.inv(S) @ (C + C.T) @ np.linalg.inv(S) / 2),
+])
+def test_a_symmetric_gradient_is_transposed_term_by_term(expr, text, closed):
+    d = matcalc.derive(expr, "S", symmetric=["S"])
+    assert d.text == text
+    rng = np.random.default_rng(16)
+    B = rng.standard_normal((4, 4))
+    S, A, C = B @ B.T + 4 * np.eye(4), rng.standard_normal((4, 4)), rng.standard_normal((4, 4))
+    vals = {k: v for k, v in {"S": S, "A": A, "C": C}.items() if k in d.function.params}
+    np.testing.assert_allclose(d.function(**vals), closed(S, A, C), rtol=1e-10)
