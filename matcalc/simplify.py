@@ -689,10 +689,42 @@ def s_matmul(a: Expr, b: Expr) -> Expr:
     last = a.args[1] if a.op == "matmul" else a
     if _inverse_pair(last, b):  # X⁻¹X = I, and through transposes: X⁻ᵀXᵀ = I
         return a.args[0] if a.op == "matmul" else ir.eye(shape[0])
+    rest = _inverse_part(last, b)
+    if rest is not None:  # (F₁…Fₖ)⁻¹F₁ = (F₂…Fₖ)⁻¹ for a square F₁, and its mirror images
+        return s_matmul(a.args[0], rest) if a.op == "matmul" else rest
     merged = _power_product(last, b)
     if merged is not None:  # XᵃXᵇ = Xᵃ⁺ᵇ: tr(X⁵)'s terms collect to 5(X⁴)ᵀ
         return s_matmul(a.args[0], merged) if a.op == "matmul" else merged
     return Expr("matmul", (a, b), None, shape)
+
+
+def _factors_of_product(e: Expr) -> list:
+    return [f for a in e.args for f in _factors_of_product(a)] if e.op == "matmul" else [e]
+
+
+def _inverse_part(x: Expr, y: Expr):
+    """x y where one of them is the inverse of a product M = F₁…Fₖ (or its transpose, the
+    inverse of Fₖᵀ…F₁ᵀ) and the other is M's square end factor beside it:
+    M⁻¹F₁ = (F₂…Fₖ)⁻¹ and FₖM⁻¹ = (F₁…Fₖ₋₁)⁻¹; else None."""
+    def factors_inverted(e):
+        if e.op == "inv" and e.args[0].op == "matmul":
+            return _factors_of_product(e.args[0])
+        if e.op == "T" and e.args[0].op == "inv" and e.args[0].args[0].op == "matmul":
+            return [s_T(f) for f in reversed(_factors_of_product(e.args[0].args[0]))]
+        return None
+
+    for inverse, other, left in ((x, y, True), (y, x, False)):
+        fs = factors_inverted(inverse)
+        if fs is None:
+            continue
+        end = fs[0] if left else fs[-1]
+        if end == other and end.shape[0] == end.shape[1]:
+            rest = fs[1:] if left else fs[:-1]
+            out = rest[0]
+            for f in rest[1:]:
+                out = s_matmul(out, f)
+            return s_func("inv", out)
+    return None
 
 
 def _matrix_power_of(f: Expr):
@@ -1107,6 +1139,8 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
             return a.args[0]
         if a.op == "eye":
             return a
+        if a.op == "T":  # (Xᵀ)⁻¹ = (X⁻¹)ᵀ, as X⁻ᵀ prints
+            return s_T(s_func("inv", a.args[0]))
         sc, X = _split_scalars(a)  # (cX)⁻¹ = X⁻¹/c and (X/c)⁻¹ = cX⁻¹: the number comes out
         if sc and X.shape == a.shape:
             return s_div(s_func("inv", X), s_mul(*sc))

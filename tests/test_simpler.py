@@ -659,3 +659,22 @@ def test_a_kronecker_product_times_a_vec_is_the_vec_of_a_matrix_product(expr, te
     if "norm2" in expr:
         h = matcalc.hessian(expr, "X", shapes=shapes)
         assert h.text == "2*A.T@A@dX@B@B.T"
+
+
+@pytest.mark.parametrize("expr, text, closed", [
+    # (F₁…Fₖ)⁻¹ beside its square end factor: was det(A@X@B)*A.T@inv(A@X@B).T@B.T
+    ("det(A@X@B)", "det(A@X@B)*inv(X).T", lambda A, X, B, S: np.linalg.det(A @ X @ B) * np.linalg.inv(X).T),
+    ("logdet(A@X@B)", "inv(X).T", lambda A, X, B, S: np.linalg.inv(X).T),
+    # through transposes: (XᵀSᵀX)(XᵀSX)⁻ᵀ = I; was S.T@X@inv(X.T@S@X).T@X.T@S.T@X@X.T@S.T@X@inv(X.T@S@X).T + …
+    ("tr(S + inv(inv(X.T@S@X)))", "(S.T + S)@X", lambda A, X, B, S: (S.T + S) @ X),
+    ("det(inv(X.T@S@X))", "-2*det(inv(X.T@S@X))*inv(X).T",
+     lambda A, X, B, S: -2 * np.linalg.det(np.linalg.inv(X.T @ S @ X)) * np.linalg.inv(X).T),
+])
+def test_an_inverse_of_a_product_cancels_its_end_factor(expr, text, closed):
+    shapes = {k: ("n", "n") for k in "AXBS"}
+    d = matcalc.derive(expr, "X", shapes={k: v for k, v in shapes.items() if k in expr})
+    assert d.text == text
+    rng = np.random.default_rng(11)
+    A, X, B, S = (np.eye(3) * 2 + 0.4 * rng.standard_normal((3, 3)) for _ in range(4))
+    vals = {k: v for k, v in {"A": A, "X": X, "B": B, "S": S}.items() if k in d.function.params}
+    np.testing.assert_allclose(d.function(**vals), closed(A, X, B, S), rtol=1e-10)
