@@ -42,6 +42,9 @@ HELPERS = {
     a = torch.as_tensor(a, dtype=n.dtype, device=n.device)  # (a may be a number: 1.0)
     return torch.where(pos, a / torch.where(pos, n, torch.ones_like(n)), torch.zeros_like(a))
 ''',
+        "_gelu": '''def _gelu(z):
+    return 0.5 * z * torch.special.erfc(z * -0.7071067811865476)  # 1 + erf(u) = erfc(−u)
+''',
         "_lu": '''def _lu(a):
     return torch.linalg.lu_factor(a)
 
@@ -69,6 +72,9 @@ def _lu_det(lu):
 ''',
     },
     "jax": {
+        "_gelu": '''def _gelu(z):
+    return 0.5 * z * jax.scipy.special.erfc(z * -0.7071067811865476)  # 1 + erf(u) = erfc(−u)
+''',
         "_over_norm": '''def _over_norm(a, n):
     # a / ‖x‖, and 0 where ‖x‖ = 0 (the least-norm subgradient there); no branch on a value
     pos = n > 0

@@ -321,9 +321,15 @@ def _phi(x):
 
 
 def _Phi(x):
-    """The standard normal distribution function at x: (1 + erf(x/√2))/2."""
+    """The standard normal distribution function at x: erfc(−x/√2)/2 (= (1 + erf(x/√2))/2,
+    without the cancellation of 1 + erf where x is far below 0)."""
     ir = _ir()
-    return ir.mul(_c(0.5), ir.add(_c(1.0), ir.func("erf", ir.mul(_c(1.0 / _SQRT2), x))))
+    return ir.mul(_c(0.5), ir.func("erfc", ir.mul(_c(-1.0 / _SQRT2), x)))
+
+
+def _fw_gelu(em, n, a):
+    em.helpers.add("_gelu")  # (torch's and jax's own gelu are 0 below x = -8 or so: 1 + erf cancels there)
+    return f"_gelu({a[0]})"
 
 
 def _gelu_prime(x, y):
@@ -436,10 +442,15 @@ elementwise("erf", lambda x, y: _ir().mul(_c(2.0 / math.sqrt(math.pi)), _ir().fu
             letter="u", helpers=("_erf",),
             torch="torch.special.erf({0})", jax="jax.scipy.special.erf({0})",
             sympy=lambda t: _sp().erf(t))
+elementwise("erfc", lambda x, y: _ir().mul(_c(-2.0 / math.sqrt(math.pi)), _ir().func("exp", _ir().neg(_sq(x)))),
+            "d erfc(X) = −(2/√π) exp(−X²)∘dX", math.erfc, "_erfc({0})", latex="\\operatorname{erfc}",
+            letter="u", helpers=("_erfc",),
+            torch="torch.special.erfc({0})", jax="jax.scipy.special.erfc({0})",
+            sympy=lambda t: _sp().erfc(t))
 elementwise("gelu", _gelu_prime, "d gelu(X) = (Φ(X) + X∘φ(X))∘dX",
             lambda v: 0.5 * v * math.erfc(-v / _SQRT2), "_gelu({0})", latex="\\operatorname{gelu}",
             letter="r", helpers=("_gelu",),
-            torch="torch.nn.functional.gelu({0})", jax="jax.nn.gelu({0}, approximate=False)",
+            torch=_fw_gelu, jax=_fw_gelu,
             sympy=lambda t: t * (1 + _sp().erf(t / _sp().sqrt(2))) / 2)
 elementwise("silu", _silu_prime, "d silu(X) = σ(X)∘(1 + X∘(1 − σ(X)))∘dX",
             lambda v: v * _sigmoid_num(v), "({0} * _sigmoid({0}))", latex="\\operatorname{silu}", letter="r",

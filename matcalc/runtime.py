@@ -51,6 +51,12 @@ def _erf(z):
     return erf(z)
 
 
+# helper: _erfc
+def _erfc(z):
+    from scipy.special import erfc  # 1 − erf(z), exact where erf(z) is near 1
+    return erfc(z)
+
+
 # helper: _xlogy
 def _xlogy(a, b):
     from scipy.special import xlogy  # a log b, and 0 where a = 0 (0·log 0 = 0: d(xᵏ)/dk at x = 0)

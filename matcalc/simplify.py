@@ -959,6 +959,11 @@ def s_pow(a: Expr, k: Expr) -> Expr:
                     return const(v, a.shape)
             except (OverflowError, ZeroDivisionError):
                 pass
+        if a.op == "mul" and a.args[0].op == "const" and a.args[0].shape == SCALAR and k.attr == round(k.attr) \
+                and abs(k.attr) <= 4:  # (cx)ᵏ = cᵏxᵏ for a whole k: exp(-(-x/√2)**2) is exp(-0.5*x**2)
+            rest = a.args[1] if len(a.args) == 2 else Expr("mul", a.args[1:], None, a.shape)
+            if rest.shape == a.shape and math.isfinite(a.args[0].attr ** k.attr) and a.args[0].attr != 0.0:
+                return s_mul(const(a.args[0].attr ** k.attr), s_pow(rest, k))
     return Expr("pow", (a, k), None, a.shape)
 
 
@@ -1058,6 +1063,8 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
                 return const(v, a.shape)
         except (ValueError, OverflowError):
             pass
+    if op.elementwise and a.op == "vec":  # f(vec(X)) = vec(f(X)), entry by entry
+        return s_func("vec", s_func(name, a.args[0]))
     beta = _spread_number(a) if op.elementwise else None
     if beta is not None:  # f(β1) = f(β)1, so that sum(f(β1)) is the count times f(β)
         return s_mul(s_func(name, beta), const(1.0, a.shape))
@@ -1123,7 +1130,7 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
             return along
     if name == "matrix_power" and attr in (0, 1):  # X⁰ = I, X¹ = X
         return ir.eye(a.shape[0]) if attr == 0 else a
-    if name == "unvec" and (back := _unvec(a, attr)) is not None:
+    if name == "unvec" and ((back := _unvec(a, attr)) is not None or (back := _unvec_kron(a, attr)) is not None):
         return back
     if attr is not None or op.nargs != 1:
         return ir.func(name, a, attr=attr)
@@ -1201,6 +1208,18 @@ def _unvec(v: Expr, shape):
     if A.shape[1] != X.shape[0] or B.shape[1] != X.shape[1] or (A.shape[0], B.shape[0]) != tuple(shape):
         return None
     return s_matmul(s_matmul(A, X), s_T(B))
+
+
+def _unvec_kron(v: Expr, shape):
+    """unvec((B⊗A) u) = A unvec(u) Bᵀ for any vector u (unvec(u) of A's columns × B's
+    columns), where B⊗A is seen (_kron_factors); else None."""
+    if v.op != "matmul" or (pq := _kron_factors(v.args[0])) is None:
+        return None
+    B, A = pq
+    if (A.shape[0], B.shape[0]) != tuple(shape):
+        return None
+    inner = s_func("unvec", v.args[1], attr=(A.shape[1], B.shape[1]))
+    return s_matmul(s_matmul(A, inner), s_T(B))
 
 
 def _constant_along(f: Expr, axis: int):

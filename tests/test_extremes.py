@@ -29,3 +29,29 @@ def test_log_cosh_stays_finite_where_cosh_overflows():
     value, grads = matcalc.value_and_grad("sum(log(cosh(x)))", wrt=["x"]).function(x=x)
     assert value == pytest.approx(want, rel=1e-14)
     np.testing.assert_allclose(grads["x"], [float(mpmath.tanh(mpmath.mpf(v))) for v in x], rtol=1e-14)
+
+
+def _gelu_prime(v):
+    v = mpmath.mpf(v)
+    return mpmath.ncdf(v) + v * mpmath.npdf(v)
+
+
+def test_the_gelu_derivative_stays_exact_far_on_the_negative_side():
+    # Φ(x) = (1 + erf(x/√2))/2 cancelled: the derivative was 1% off at x = -10
+    x = np.array([-30.0, -10.0, -8.0, -1.0, 2.0])
+    d = matcalc.derive("sum(gelu(x))", "x")
+    np.testing.assert_allclose(d.function(x=x), [float(_gelu_prime(v)) for v in x], rtol=1e-12)
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_gelu_in_the_frameworks_stays_exact_far_on_the_negative_side(backend):
+    # torch.nn.functional.gelu is 0 below x = -8
+    module = pytest.importorskip(backend)
+    if backend == "jax":
+        module.config.update("jax_enable_x64", True)
+    x = np.array([-15.0, -10.0, -8.5, 1.0])
+    want = [float(mpmath.mpf(v) / 2 * mpmath.erfc(-mpmath.mpf(v) / mpmath.sqrt(2))) for v in x]
+    f = matcalc.derive("sum(gelu(x)*y)", wrt="y").callable(backend)
+    np.testing.assert_allclose(np.asarray(f(x=x, y=np.ones(4))), want, rtol=1e-12)
+    g = matcalc.derive("sum(gelu(x))", wrt="x").callable(backend)
+    np.testing.assert_allclose(np.asarray(g(x=x)), [float(_gelu_prime(v)) for v in x], rtol=1e-12)

@@ -7,6 +7,7 @@ import sys
 import numpy as np
 import pytest
 from scipy.special import erf as sp_erf
+from scipy.special import erfc as sp_erfc
 from scipy.stats import norm
 
 import matcalc
@@ -43,7 +44,7 @@ ELEMENTWISE = {
     "relu": (lambda z: np.maximum(z, 0), NORMAL), "step": (lambda z: (z > 0) * 1.0, NORMAL),
     "abs": (np.abs, NORMAL), "sign": (np.sign, NORMAL), "softplus": (lambda z: np.log1p(np.exp(z)), NORMAL),
     "logsigmoid": (lambda z: np.log(_sig(z)), NORMAL), "log1p": (np.log1p, POSITIVE),
-    "expm1": (np.expm1, NORMAL), "erf": (sp_erf, NORMAL), "gelu": (lambda z: z * norm.cdf(z), NORMAL),
+    "expm1": (np.expm1, NORMAL), "erf": (sp_erf, NORMAL), "erfc": (sp_erfc, NORMAL), "gelu": (lambda z: z * norm.cdf(z), NORMAL),
     "silu": (lambda z: z * _sig(z), NORMAL),
 }
 

@@ -678,3 +678,15 @@ def test_an_inverse_of_a_product_cancels_its_end_factor(expr, text, closed):
     A, X, B, S = (np.eye(3) * 2 + 0.4 * rng.standard_normal((3, 3)) for _ in range(4))
     vals = {k: v for k, v in {"A": A, "X": X, "B": B, "S": S}.items() if k in d.function.params}
     np.testing.assert_allclose(d.function(**vals), closed(A, X, B, S), rtol=1e-10)
+
+
+def test_entrywise_functions_of_a_vec_and_the_adjoint_of_a_kronecker_product():
+    # f(vec(X)) = vec(f(X)) and unvec((P⊗Q)ᵀu) = Qᵀunvec(u)P: was unvec(kron(P, Q).T@exp(vec(Q@X@P.T)))
+    shapes = {"P": ("m", "n"), "Q": ("p", "q"), "X": ("q", "n")}
+    d = matcalc.derive("sum(exp(kron(P, Q)@vec(X)))", "X", shapes=shapes)
+    assert d.text == "Q.T@exp(Q@X@P.T)@P"
+    rng = np.random.default_rng(13)
+    P, Q, X = 0.5 * rng.standard_normal((2, 3)), 0.5 * rng.standard_normal((4, 5)), rng.standard_normal((5, 3))
+    from support.fd import central_fd_grad
+    lam = lambda X: np.sum(np.exp(np.kron(P, Q) @ _vec(X)))
+    np.testing.assert_allclose(d.function(P=P, Q=Q, X=X), central_fd_grad(lam, {"X": X}, "X"), rtol=1e-7)
