@@ -306,9 +306,9 @@ def to_text(e: Expr, names: dict | None = None, dims: dict | None = None) -> str
 # ---------------------------------------------------------------- LaTeX
 
 GREEK_TEX = {g: "\\" + g for g in ["alpha", "beta", "gamma", "delta", "epsilon", "varepsilon", "zeta",
-                                     "eta", "theta", "vartheta", "iota", "kappa", "lambda", "mu", "nu",
+                                     "eta", "theta", "vartheta", "iota", "kappa", "varkappa", "lambda", "mu", "nu",
                                      "xi", "pi", "varpi", "rho", "varrho", "sigma", "varsigma", "tau",
-                                     "upsilon", "phi", "varphi", "chi", "psi", "omega"]}
+                                     "upsilon", "phi", "varphi", "chi", "psi", "omega", "digamma"]}
 GREEK_TEX.update({g.capitalize(): "\\" + g.capitalize() for g in
                   ["gamma", "delta", "theta", "lambda", "xi", "pi", "sigma", "upsilon", "phi", "psi", "omega"]})
 GREEK_TEX["omicron"] = "o"
@@ -317,7 +317,8 @@ _UNICODE_GREEK = dict(zip("αβγδεζηθικλμνξπρστυφχψωΓΔΘ�
                            "kappa", "lambda", "mu", "nu", "xi", "pi", "rho", "sigma", "tau", "upsilon",
                            "phi", "chi", "psi", "omega", "Gamma", "Delta", "Theta", "Lambda", "Xi", "Pi",
                            "Sigma", "Upsilon", "Phi", "Psi", "Omega"]))
-_UNICODE_GREEK.update(zip("ϐϑϕϖϰϱϵς", ["beta", "vartheta", "phi", "varpi", "kappa", "varrho", "epsilon", "varsigma"]))
+_UNICODE_GREEK.update(zip("ϐϑϕϖϰϱϵςϝ", ["beta", "vartheta", "phi", "varpi", "varkappa", "varrho", "epsilon",
+                                         "varsigma", "digamma"]))
 
 
 class RawTex(str):

@@ -21,9 +21,9 @@ from .errors import DeriveError, ParseError, ShapeError
 from .parse import Node
 
 GREEK = {"alpha", "beta", "gamma", "delta", "epsilon", "varepsilon", "zeta", "eta", "theta",
-         "vartheta", "iota", "kappa", "lambda", "mu", "nu", "xi", "omicron", "pi", "varpi", "rho",
-         "varrho", "sigma", "varsigma", "tau", "upsilon", "phi", "varphi", "chi", "psi", "omega"}
-GREEK_SYMBOLS = "ϐϑϕϖϰϱϵ"  # the lower-case letters' other glyphs (ϵ is LaTeX's \epsilon)
+         "vartheta", "iota", "kappa", "varkappa", "lambda", "mu", "nu", "xi", "omicron", "pi", "varpi", "rho",
+         "varrho", "sigma", "varsigma", "tau", "upsilon", "phi", "varphi", "chi", "psi", "omega", "digamma"}
+GREEK_SYMBOLS = "ϐϑϕϖϰϱϵϝ"  # the lower-case letters' other glyphs (ϵ is LaTeX's \epsilon)
 
 
 def greek(name: str) -> bool:

@@ -744,6 +744,9 @@ def exact_check(d, seed: int = 0, sizes: dict | None = None, domain: dict | None
     # XᵀX of a wide X is singular for every X: then the sizes change hands (X tall)
     tries = [chosen] + [dict(chosen, **dict(zip(mine, order)))
                         for order in itertools.islice(itertools.permutations([chosen[x] for x in mine]), 1, 6)]
+    if len(mine) == 1:  # one free size has no other order: the others of EXACT_SIZES (X d×3 is tall at d = 4)
+        sizes = sorted(EXACT_SIZES + (max(EXACT_SIZES) + 1,), key=lambda v: v in chosen.values())  # (distinct first)
+        tries += [dict(chosen, **{mine[0]: v}) for v in sizes if v != chosen[mine[0]]]
     for chosen in tries:
         try:
             values, entries, lam, G = _explicit(d, chosen, symmetric)

@@ -135,6 +135,21 @@ def test_sizes_change_hands_when_the_names_fix_their_order(expr):
     assert exact.ok and exact.sizes["d"] > exact.sizes["m"], exact.message
 
 
+def test_the_exact_check_tries_other_values_of_one_free_size():
+    # with m fixed there is no other order: d = 2 made X wide, XᵀX singular for every value
+    d = matcalc.derive("logdet(X.T@X)", wrt="X", shapes={"X": ("d", "m")})
+    exact = d.check(sizes={"m": 3}, exact=True)
+    assert exact.ok and exact.sizes["d"] > 3
+
+
+def test_a_pass_at_exchanged_sizes_must_test_something():
+    # AXB singular at the first sizes; the exchange found a draw where everything was 0 and passed
+    d = matcalc.derive("det(A@X@B)", wrt="X", shapes={"A": ("n", "p"), "X": ("p", "m"), "B": ("m", "n")})
+    report = d.check()
+    assert report.ok and "zero on every draw" not in report.message
+    assert report.sizes["n"] < min(report.sizes["p"], report.sizes["m"])
+
+
 def test_a_product_singular_in_both_orders_of_the_sizes_is_checked_at_a_third():
     # A n×p, X p×m, B m×n: AXB has rank min(n, p, m), so it is singular unless n is the
     # smallest size; the declared sizes draw p smallest, and so does their reverse

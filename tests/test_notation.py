@@ -124,7 +124,8 @@ def test_a_caret_T_beside_a_symbol_named_T_gets_a_note():
         matcalc.derive("x^T@A@x", "x")  # no T anywhere else: no note
 
 
-@pytest.mark.parametrize("name", ["ϵ", "ϑ", "ϕ", "ϖ", "ϱ", "varrho", "varsigma", "varpi", "ε", "θ"])
+@pytest.mark.parametrize("name", ["ϵ", "ϑ", "ϕ", "ϖ", "ϱ", "ϰ", "ϝ", "varrho", "varsigma", "varpi", "varkappa",
+                                  "digamma", "ε", "θ"])
 def test_every_spelling_of_a_greek_letter_is_a_number(name):
     # ϵ (LaTeX's \\epsilon), ϑ, ϕ and the var- names were vectors: x + ϵ was a sum of two vectors
     with warnings.catch_warnings():
