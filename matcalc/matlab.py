@@ -12,8 +12,6 @@ own language (``parse.Node``) with three marked constructs that only typing can 
 syntax (``to_matlab``)."""
 from __future__ import annotations
 
-import re
-
 from . import ir
 from .ops import REGISTRY
 from .errors import ParseError
