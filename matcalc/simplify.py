@@ -692,38 +692,64 @@ def s_matmul(a: Expr, b: Expr) -> Expr:
     rest = _inverse_part(last, b)
     if rest is not None:  # (F₁…Fₖ)⁻¹F₁ = (F₂…Fₖ)⁻¹ for a square F₁, and its mirror images
         return s_matmul(a.args[0], rest) if a.op == "matmul" else rest
+    if b.op == "T" and b.args[0].op == "matmul" and _inverse_pair(last, s_T(b.args[0].args[1])):
+        # X⁻ᵀ(YX)ᵀ = X⁻ᵀXᵀYᵀ = Yᵀ: the transposed product opens where a factor cancels
+        return s_matmul(a.args[0], s_T(b.args[0].args[0])) if a.op == "matmul" else s_T(b.args[0].args[0])
+    if last.op == "T" and last.args[0].op == "matmul" and _inverse_pair(s_T(_first_factor(last.args[0])), b):
+        # (XY)ᵀX⁻ᵀ = YᵀXᵀX⁻ᵀ = Yᵀ
+        opened = s_T(_without_first(last.args[0]))
+        return s_matmul(a.args[0], opened) if a.op == "matmul" else opened
     merged = _power_product(last, b)
     if merged is not None:  # XᵃXᵇ = Xᵃ⁺ᵇ: tr(X⁵)'s terms collect to 5(X⁴)ᵀ
         return s_matmul(a.args[0], merged) if a.op == "matmul" else merged
     return Expr("matmul", (a, b), None, shape)
 
 
-def _factors_of_product(e: Expr) -> list:
-    return [f for a in e.args for f in _factors_of_product(a)] if e.op == "matmul" else [e]
+def _first_factor(e: Expr) -> Expr:
+    """The leftmost factor of a product read left to right ((F₁F₂)F₃: F₁)."""
+    while e.op == "matmul":
+        e = e.args[0]
+    return e
+
+
+def _all_transposed(e: Expr) -> bool:
+    """Whether every factor of the product e is a transpose (stops at the first that is not)."""
+    while e.op == "matmul":
+        if e.args[1].op != "T":
+            return False
+        e = e.args[0]
+    return e.op == "T"
+
+
+def _without_first(e: Expr) -> Expr:
+    """F₂…Fₖ of the product e = F₁…Fₖ (read left to right, already simplified: rebuilt as
+    it was, without running the rules again)."""
+    left = e.args[0]
+    if left.op != "matmul":
+        return e.args[1]
+    rest = _without_first(left)
+    return Expr("matmul", (rest, e.args[1]), None, (rest.shape[0], e.shape[1]))
 
 
 def _inverse_part(x: Expr, y: Expr):
-    """x y where one of them is the inverse of a product M = F₁…Fₖ (or its transpose, the
-    inverse of Fₖᵀ…F₁ᵀ) and the other is M's square end factor beside it:
-    M⁻¹F₁ = (F₂…Fₖ)⁻¹ and FₖM⁻¹ = (F₁…Fₖ₋₁)⁻¹; else None."""
-    def factors_inverted(e):
-        if e.op == "inv" and e.args[0].op == "matmul":
-            return _factors_of_product(e.args[0])
-        if e.op == "T" and e.args[0].op == "inv" and e.args[0].args[0].op == "matmul":
-            return [s_T(f) for f in reversed(_factors_of_product(e.args[0].args[0]))]
-        return None
-
+    """x y where one of them is the inverse of a product M = F₁…Fₖ (or its transpose) and the
+    other is the square end factor of M (of Mᵀ = Fₖᵀ…F₁ᵀ) beside it: M⁻¹F₁ = (F₂…Fₖ)⁻¹,
+    FₖM⁻¹ = (F₁…Fₖ₋₁)⁻¹, M⁻ᵀFₖᵀ = ((F₁…Fₖ₋₁)⁻¹)ᵀ, F₁ᵀM⁻ᵀ = ((F₂…Fₖ)⁻¹)ᵀ; else None."""
     for inverse, other, left in ((x, y, True), (y, x, False)):
-        fs = factors_inverted(inverse)
-        if fs is None:
+        transposed = inverse.op == "T"
+        inv = inverse.args[0] if transposed else inverse
+        if inv.op != "inv" or inv.args[0].op != "matmul" or other.shape[0] != other.shape[1]:
             continue
-        end = fs[0] if left else fs[-1]
-        if end == other and end.shape[0] == end.shape[1]:
-            rest = fs[1:] if left else fs[:-1]
-            out = rest[0]
-            for f in rest[1:]:
-                out = s_matmul(out, f)
-            return s_func("inv", out)
+        M = inv.args[0]
+        if left != transposed:  # the factor beside it is F₁ (or F₁ᵀ)
+            end = s_T(_first_factor(M)) if transposed else _first_factor(M)
+            rest = _without_first(M) if end == other else None
+        else:  # … or Fₖ (or Fₖᵀ)
+            end = s_T(M.args[1]) if transposed else M.args[1]
+            rest = M.args[0] if end == other else None
+        if rest is not None:
+            out = s_func("inv", rest)
+            return s_T(out) if transposed else out
     return None
 
 
@@ -865,10 +891,13 @@ def _cancel_quotient(c, rest, denominators):
             else:
                 dens.append(f)
 
+    same: dict = {}  # a sum in any order of its terms -> the first written (β + α is α + β)
+
     def powers(fs):
         out: dict = {}
         for f in fs:
             base, k = _base_exponent(f)
+            base = same.setdefault(tuple(sorted(base.args, key=id)) if base.op == "add" else base, base)
             out[base] = out.get(base, 0.0) + k
         return out
 
@@ -1148,6 +1177,10 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
             return a
         if a.op == "T":  # (Xᵀ)⁻¹ = (X⁻¹)ᵀ, as X⁻ᵀ prints
             return s_T(s_func("inv", a.args[0]))
+        if a.op == "matrix_power" and isinstance(a.attr, int) and abs(a.attr) < MAX_MATRIX_POWER:  # (Xᵏ)⁻¹ = X⁻ᵏ
+            return s_func("matrix_power", a.args[0], attr=-a.attr)
+        if a.op == "matmul" and _all_transposed(a):  # (BᵀAᵀ)⁻¹ = ((AB)⁻¹)ᵀ
+            return s_T(s_func("inv", s_T(a)))
         sc, X = _split_scalars(a)  # (cX)⁻¹ = X⁻¹/c and (X/c)⁻¹ = cX⁻¹: the number comes out
         if sc and X.shape == a.shape:
             return s_div(s_func("inv", X), s_mul(*sc))

@@ -690,3 +690,35 @@ def test_entrywise_functions_of_a_vec_and_the_adjoint_of_a_kronecker_product():
     from support.fd import central_fd_grad
     lam = lambda X: np.sum(np.exp(np.kron(P, Q) @ _vec(X)))
     np.testing.assert_allclose(d.function(P=P, Q=Q, X=X), central_fd_grad(lam, {"X": X}, "X"), rtol=1e-7)
+
+
+@pytest.mark.parametrize("expr, wrt, text", [
+    ("logdet(alpha*X + beta*X)", "X", "inv(X).T"),               # was (beta + alpha)*inv(X).T/(alpha + beta)
+    ("tr(inv(A@X).T@C) - tr(inv(X.T@A.T)@C)", "A", "0"),         # (XᵀAᵀ)⁻¹ = ((AX)⁻¹)ᵀ
+    ("tr(B@inv(A@X@B)@A@C)", "A", "0"),
+    ("tr(inv(A@X@B)@A@X)", "X", "0"),                            # was inv(X@B).T - inv(B.T@X.T)
+    ("tr(inv(inv(X).T).T@C)", "X", "C.T"),                       # X⁻ᵀ(XCX)ᵀX⁻ᵀ opens and cancels
+])
+def test_one_quantity_in_two_spellings_cancels(expr, wrt, text):
+    shapes = {k: ("n", "n") for k in "ABCX" if k in expr}
+    d = matcalc.derive(expr, wrt, shapes=shapes)
+    assert d.text == text
+    rng = np.random.default_rng(14)
+    vals = {k: np.eye(3) * 2 + 0.4 * rng.standard_normal((3, 3)) for k in shapes}
+    vals.update({k: v for k, v in {"alpha": 0.7, "beta": -0.2}.items() if k in expr})
+    from support.fd import central_fd_grad
+    lam = {"logdet(alpha*X + beta*X)": lambda X, alpha, beta: np.linalg.slogdet((alpha + beta) * X)[1],
+           "tr(inv(inv(X).T).T@C)": lambda X, C: np.trace(X @ C)}.get(expr)
+    if lam is not None:
+        np.testing.assert_allclose(d.function(**{k: v for k, v in vals.items() if k in d.function.params}),
+                                   central_fd_grad(lam, vals, wrt), rtol=1e-6)
+
+
+def test_an_inverse_of_a_matrix_power_is_a_negative_power():
+    d = matcalc.derive("tr(inv(matrix_power(X, 2))@C)", "X", shapes={"X": ("n", "n"), "C": ("n", "n")})
+    assert "inv(matrix_power" not in d.text
+    rng = np.random.default_rng(17)
+    X, C = np.eye(3) * 2 + 0.4 * rng.standard_normal((3, 3)), rng.standard_normal((3, 3))
+    from support.fd import central_fd_grad
+    lam = lambda X, C: np.trace(np.linalg.inv(X @ X) @ C)
+    np.testing.assert_allclose(d.function(X=X, C=C), central_fd_grad(lam, {"X": X, "C": C}, "X"), rtol=1e-6)
