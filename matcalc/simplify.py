@@ -143,10 +143,14 @@ def _s_add(terms) -> Expr:
     for t in terms:
         flat.extend(t.args if t.op == "add" else [t])
     shape = ir._broadcast([t.shape for t in flat])
-    vecs = [split_coeff(t) for t in flat]
-    if len(flat) > 1 and all(core is not None and core.op == "vec" and core.args[0].shape == vecs[0][1].args[0].shape
-                             for _, core in vecs):  # c vec(A) + vec(B) = vec(cA + B): vec is linear
-        return s_func("vec", s_add(*[scale(c, core.args[0]) for c, core in vecs]))
+    inner = next((t.args[0].shape for t in flat if t.op == "vec"), None)
+    if inner is not None and len(flat) > 1:  # c vec(A) + vec(B) + d1 = vec(cA + B + d1): vec is linear
+        vecs = [split_coeff(t) for t in flat]
+        if all(core is not None and core.op == "vec" and core.args[0].shape == inner
+               or t.op == "const" and t.shape == shape or t.shape == SCALAR for t, (_, core) in zip(flat, vecs)):
+            return s_func("vec", s_add(*[const(t.attr, inner) if t.op == "const"
+                                          else s_mul(t, const(1.0, inner)) if t.shape == SCALAR
+                                          else scale(c, core.args[0]) for t, (c, core) in zip(flat, vecs)]))
     shorter = _open_brackets(flat, shape)
     if shorter is None:
         shorter = _complementary_sigmoids(flat, shape)
@@ -525,6 +529,10 @@ def s_mul(*fs: Expr) -> Expr:
     for f in fs:
         flat.extend(f.args if f.op == "mul" else [f])
     shape = ir._broadcast([f.shape for f in flat])
+    arrays = [f for f in flat if f.shape != SCALAR]
+    if len(arrays) > 1 and all(f.op == "vec" and f.args[0].shape == arrays[0].args[0].shape for f in arrays):
+        # vec(A)∘vec(B) = vec(A∘B), entry by entry
+        return s_mul(*[f for f in flat if f.shape == SCALAR], s_func("vec", s_mul(*[f.args[0] for f in arrays])))
     c = 1.0
     rest, denominators = [], []
     for f in flat:
@@ -973,6 +981,8 @@ def _collect_powers(fs):
 
 
 def s_pow(a: Expr, k: Expr) -> Expr:
+    if a.op == "vec" and k.shape == SCALAR:  # vec(X)ᵏ = vec(Xᵏ), entry by entry
+        return s_func("vec", s_pow(a.args[0], k))
     beta = _spread_number(a) if k.shape == SCALAR else None
     if beta is not None:  # (β1)ᵏ = βᵏ1
         return s_mul(s_pow(beta, k), const(1.0, a.shape))
@@ -1175,8 +1185,8 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
             return a.args[0]
         if a.op == "eye":
             return a
-        if a.op == "T":  # (Xᵀ)⁻¹ = (X⁻¹)ᵀ, as X⁻ᵀ prints
-            return s_T(s_func("inv", a.args[0]))
+        if a.op == "T" and a.args[0].op != "inv":  # (Xᵀ)⁻¹ = (X⁻¹)ᵀ, as X⁻ᵀ prints (not (Y⁻ᵀ)⁻¹: it
+            return s_T(s_func("inv", a.args[0]))      # cancels as it stands beside Y⁻ᵀ in a derivative)
         if a.op == "matrix_power" and isinstance(a.attr, int) and abs(a.attr) < MAX_MATRIX_POWER:  # (Xᵏ)⁻¹ = X⁻ᵏ
             return s_func("matrix_power", a.args[0], attr=-a.attr)
         if a.op == "matmul" and _all_transposed(a):  # (BᵀAᵀ)⁻¹ = ((AB)⁻¹)ᵀ
@@ -1224,6 +1234,11 @@ def _unvec(v: Expr, shape):
     if v.op == "add":
         terms = [_unvec(t, shape) for t in v.args]
         return None if any(t is None for t in terms) else s_add(*terms)
+    if v.op == "const":  # unvec(c1) = c1 of the matrix's shape
+        return const(v.attr, tuple(shape))
+    if v.op == "div" and v.args[1].shape == SCALAR:  # unvec(vec(X)/β) = X/β
+        inner = _unvec(v.args[0], shape)
+        return None if inner is None else s_div(inner, v.args[1])
     if v.op == "mul":  # unvec(β vec(X)) = β X
         sc, arr = _split_scalars(v)
         inner = _unvec(arr, shape) if sc else None

@@ -722,3 +722,23 @@ def test_an_inverse_of_a_matrix_power_is_a_negative_power():
     from support.fd import central_fd_grad
     lam = lambda X, C: np.trace(np.linalg.inv(X @ X) @ C)
     np.testing.assert_allclose(d.function(X=X, C=C), central_fd_grad(lam, {"X": X, "C": C}, "X"), rtol=1e-6)
+
+
+@pytest.mark.parametrize("expr, shapes, text, lam", [
+    # vec(A)∘vec(B) = vec(A∘B), vec(X)ᵏ = vec(Xᵏ), numbers beside a vec, unvec(vec(X)/β): no unvec left
+    ("vec(Y).T@exp(vec(X))", {"X": ("n", "m"), "Y": ("n", "m")}, "Y*exp(X)",
+     lambda X, Y: np.sum(Y * np.exp(X))),
+    ("sum(exp(vec(X))*vec(X))", {"X": ("n", "m")}, "(X + 1)*exp(X)", lambda X, Y: np.sum(np.exp(X) * X)),
+    ("sqrt(vec(X).T@vec(X))", {"X": ("n", "m")}, "X/sqrt(vec(X).T@vec(X))", lambda X, Y: np.sqrt(np.sum(X * X))),
+    # a double inverse of a product of non-square factors: was inv(X@Y).T@(X@Y@1@1.T@X@Y).T@inv(X@Y).T@Y.T
+    ("sum(inv(inv(X@Y).T))", {"X": ("n", "m"), "Y": ("m", "n")}, "1@(1.T@Y.T)", lambda X, Y: np.sum(X @ Y)),
+])
+def test_no_unvec_or_double_inverse_is_left(expr, shapes, text, lam):
+    d = matcalc.derive(expr, "X", shapes=shapes)
+    assert d.text == text
+    rng = np.random.default_rng(18)
+    X, Y = rng.standard_normal((3, 4)), rng.standard_normal((4, 3) if "inv" in expr else (3, 4))
+    from support.fd import central_fd_grad
+    vals = {"X": X, "Y": Y}
+    np.testing.assert_allclose(d.function(**{k: v for k, v in vals.items() if k in d.function.params}),
+                               central_fd_grad(lambda X, Y: lam(X, Y), vals, "X"), rtol=1e-6, atol=1e-8)
