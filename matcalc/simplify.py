@@ -700,6 +700,12 @@ def s_matmul(a: Expr, b: Expr) -> Expr:
     rest = _inverse_part(last, b)
     if rest is not None:  # (F₁…Fₖ)⁻¹F₁ = (F₂…Fₖ)⁻¹ for a square F₁, and its mirror images
         return s_matmul(a.args[0], rest) if a.op == "matmul" else rest
+    back = _cancel_behind(a, b)
+    if back is not None:  # M⁻¹F₁…Fₖ = I for M = F₁…Fₖ of any factors, met one factor at a time
+        return back
+    opened = _transposed_cancel(last, b)
+    if opened is not None:  # M⁻ᵀ(PM)ᵀ = Pᵀ and (MP)ᵀM⁻ᵀ = Pᵀ, M a product of any factors
+        return s_matmul(a.args[0], opened) if a.op == "matmul" else opened
     if b.op == "T" and b.args[0].op == "matmul" and _inverse_pair(last, s_T(b.args[0].args[1])):
         # X⁻ᵀ(YX)ᵀ = X⁻ᵀXᵀYᵀ = Yᵀ: the transposed product opens where a factor cancels
         return s_matmul(a.args[0], s_T(b.args[0].args[0])) if a.op == "matmul" else s_T(b.args[0].args[0])
@@ -711,6 +717,67 @@ def s_matmul(a: Expr, b: Expr) -> Expr:
     if merged is not None:  # XᵃXᵇ = Xᵃ⁺ᵇ: tr(X⁵)'s terms collect to 5(X⁴)ᵀ
         return s_matmul(a.args[0], merged) if a.op == "matmul" else merged
     return Expr("matmul", (a, b), None, shape)
+
+
+def _cancel_behind(a: Expr, b: Expr, most: int = 8):
+    """a b where a ends with M⁻¹F₁…Fⱼ and b is Fⱼ₊₁, the last factor of M = F₁…Fₖ (or with
+    M⁻ᵀ and the factors of Mᵀ = Fₖᵀ…F₁ᵀ): what stands before M⁻¹ (I if nothing); else None.
+    The factors need not be square (M = XY of X n×m, Y m×n).  At most ``most`` factors back."""
+    inv = b.args[0] if b.op == "T" else b
+    if inv.op == "inv" and inv.args[0].op == "matmul":  # F₁…Fₖ M⁻¹ = I, the factors already in a
+        fm = _factors(inv.args[0])
+        partner = [s_T(f) for f in reversed(fm)] if b.op == "T" else fm
+        if len(partner) <= most:
+            seen, e = [], a
+            while len(seen) < len(partner):
+                z, e = (e.args[1], e.args[0]) if e.op == "matmul" else (e, None)
+                seen.insert(0, z)
+                if e is None:
+                    break
+            if seen == partner:
+                return e if e is not None else ir.eye(b.shape[1])
+    tail, e = [b], a
+    while len(tail) <= most:
+        z, head = (e.args[1], e.args[0]) if e.op == "matmul" else (e, None)
+        inv = z.args[0] if z.op == "T" else z
+        if inv.op == "inv" and inv.args[0].op == "matmul" and len(tail) > 1:
+            fm = _factors(inv.args[0])
+            partner = [s_T(f) for f in reversed(fm)] if z.op == "T" else fm
+            if partner == tail:
+                return head if head is not None else ir.eye(b.shape[1])
+        if head is None:
+            return None
+        tail.insert(0, z)
+        e = head
+    return None
+
+
+def _transposed_cancel(x: Expr, y: Expr):
+    """x y for x = M⁻ᵀ and y = (PM)ᵀ (Pᵀ), or x = (MP)ᵀ and y = M⁻ᵀ (Pᵀ), where M is a product
+    whose factors need not be square (a square XY of X n×m, Y m×n); else None."""
+    for inverse, product, right in ((x, y, True), (y, x, False)):
+        if not (inverse.op == "T" and inverse.args[0].op == "inv" and inverse.args[0].args[0].op == "matmul"
+                and product.op == "T" and product.args[0].op == "matmul"):
+            continue
+        fm, fp = _factors(inverse.args[0].args[0]), _factors(product.args[0])
+        k = len(fm)
+        if len(fp) > k and (fp[-k:] if right else fp[:k]) == fm:
+            rest = fp[:-k] if right else fp[k:]
+            out = rest[0]
+            for f in rest[1:]:
+                out = Expr("matmul", (out, f), None, (out.shape[0], f.shape[1]))
+            return s_T(out)
+    return None
+
+
+def _factors(e: Expr) -> list:
+    """The factors of a product read left to right ((F₁F₂)F₃: [F₁, F₂, F₃])."""
+    out = []
+    while e.op == "matmul":
+        out.append(e.args[1])
+        e = e.args[0]
+    out.append(e)
+    return out[::-1]
 
 
 def _first_factor(e: Expr) -> Expr:
@@ -1185,8 +1252,8 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
             return a.args[0]
         if a.op == "eye":
             return a
-        if a.op == "T" and a.args[0].op != "inv":  # (Xᵀ)⁻¹ = (X⁻¹)ᵀ, as X⁻ᵀ prints (not (Y⁻ᵀ)⁻¹: it
-            return s_T(s_func("inv", a.args[0]))      # cancels as it stands beside Y⁻ᵀ in a derivative)
+        if a.op == "T":  # (Xᵀ)⁻¹ = (X⁻¹)ᵀ, as X⁻ᵀ prints
+            return s_T(s_func("inv", a.args[0]))
         if a.op == "matrix_power" and isinstance(a.attr, int) and abs(a.attr) < MAX_MATRIX_POWER:  # (Xᵏ)⁻¹ = X⁻ᵏ
             return s_func("matrix_power", a.args[0], attr=-a.attr)
         if a.op == "matmul" and _all_transposed(a):  # (BᵀAᵀ)⁻¹ = ((AB)⁻¹)ᵀ

@@ -742,3 +742,29 @@ def test_no_unvec_or_double_inverse_is_left(expr, shapes, text, lam):
     vals = {"X": X, "Y": Y}
     np.testing.assert_allclose(d.function(**{k: v for k, v in vals.items() if k in d.function.params}),
                                central_fd_grad(lambda X, Y: lam(X, Y), vals, "X"), rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("expr, wrt, text, lam", [
+    # (M⁻ᵀ)⁻¹ = Mᵀ, and M⁻¹ meets the factors of M one at a time (X n×m, Y m×n: M = XY is square,
+    # its factors are not)
+    ("sum(inv(inv(X).T)@Y)", "Y", None, lambda X, Y: np.sum(X.T @ Y)),
+    ("tr(inv(inv(X@Y).T)@C)", "X", "C@Y.T", lambda X, Y, C: np.trace((X @ Y).T @ C)),
+    ("tr(inv(X@Y)@X@Y@C)", "X", "0", lambda X, Y, C: np.trace(C)),
+    ("tr(X@Y@inv(X@Y)@C)", "X", "0", lambda X, Y, C: np.trace(C)),
+])
+def test_an_inverse_meets_the_factors_of_its_product(expr, wrt, text, lam):
+    sq = "inv(inv(X).T)" in expr
+    shapes = {"X": ("n", "n"), "Y": ("n", "m")} if sq else {"X": ("n", "m"), "Y": ("m", "n"), "C": ("n", "n")}
+    d = matcalc.derive(expr, wrt, shapes=shapes)
+    if text is not None:
+        assert d.text == text
+    else:
+        assert "inv" not in d.text
+    rng = np.random.default_rng(19)
+    if sq:
+        vals = {"X": np.eye(3) * 2 + 0.4 * rng.standard_normal((3, 3)), "Y": rng.standard_normal((3, 4))}
+    else:  # n < m: XY is invertible
+        vals = {"X": rng.standard_normal((3, 4)), "Y": rng.standard_normal((4, 3)), "C": rng.standard_normal((3, 3))}
+    from support.fd import central_fd_grad
+    got = d.function(**{k: v for k, v in vals.items() if k in d.function.params})
+    np.testing.assert_allclose(got, central_fd_grad(lam, vals, wrt), rtol=1e-6, atol=1e-7)
