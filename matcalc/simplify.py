@@ -725,7 +725,7 @@ def _cancel_behind(a: Expr, b: Expr, most: int = 8):
     The factors need not be square (M = XY of X n×m, Y m×n).  At most ``most`` factors back."""
     inv = b.args[0] if b.op == "T" else b
     if inv.op == "inv" and inv.args[0].op == "matmul":  # F₁…Fₖ M⁻¹ = I, the factors already in a
-        fm = _factors(inv.args[0])
+        fm = ir.chain_factors(inv.args[0])
         partner = [s_T(f) for f in reversed(fm)] if b.op == "T" else fm
         if len(partner) <= most:
             seen, e = [], a
@@ -741,7 +741,7 @@ def _cancel_behind(a: Expr, b: Expr, most: int = 8):
         z, head = (e.args[1], e.args[0]) if e.op == "matmul" else (e, None)
         inv = z.args[0] if z.op == "T" else z
         if inv.op == "inv" and inv.args[0].op == "matmul" and len(tail) > 1:
-            fm = _factors(inv.args[0])
+            fm = ir.chain_factors(inv.args[0])
             partner = [s_T(f) for f in reversed(fm)] if z.op == "T" else fm
             if partner == tail:
                 return head if head is not None else ir.eye(b.shape[1])
@@ -759,25 +759,20 @@ def _transposed_cancel(x: Expr, y: Expr):
         if not (inverse.op == "T" and inverse.args[0].op == "inv" and inverse.args[0].args[0].op == "matmul"
                 and product.op == "T" and product.args[0].op == "matmul"):
             continue
-        fm, fp = _factors(inverse.args[0].args[0]), _factors(product.args[0])
+        fm, fp = ir.chain_factors(inverse.args[0].args[0]), ir.chain_factors(product.args[0])
         k = len(fm)
         if len(fp) > k and (fp[-k:] if right else fp[:k]) == fm:
-            rest = fp[:-k] if right else fp[k:]
-            out = rest[0]
-            for f in rest[1:]:
-                out = Expr("matmul", (out, f), None, (out.shape[0], f.shape[1]))
-            return s_T(out)
+            return s_T(_product_as_is(fp[:-k] if right else fp[k:]))
     return None
 
 
-def _factors(e: Expr) -> list:
-    """The factors of a product read left to right ((F₁F₂)F₃: [F₁, F₂, F₃])."""
-    out = []
-    while e.op == "matmul":
-        out.append(e.args[1])
-        e = e.args[0]
-    out.append(e)
-    return out[::-1]
+def _product_as_is(fs: list) -> Expr:
+    """F₁…Fₖ read left to right, from factors of a product already simplified: built as it
+    was, without running the rules again."""
+    out = fs[0]
+    for f in fs[1:]:
+        out = Expr("matmul", (out, f), None, (out.shape[0], f.shape[1]))
+    return out
 
 
 def _first_factor(e: Expr) -> Expr:
@@ -797,13 +792,8 @@ def _all_transposed(e: Expr) -> bool:
 
 
 def _without_first(e: Expr) -> Expr:
-    """F₂…Fₖ of the product e = F₁…Fₖ (read left to right, already simplified: rebuilt as
-    it was, without running the rules again)."""
-    left = e.args[0]
-    if left.op != "matmul":
-        return e.args[1]
-    rest = _without_first(left)
-    return Expr("matmul", (rest, e.args[1]), None, (rest.shape[0], e.shape[1]))
+    """F₂…Fₖ of the product e = F₁…Fₖ."""
+    return _product_as_is(ir.chain_factors(e)[1:])
 
 
 def _inverse_part(x: Expr, y: Expr):

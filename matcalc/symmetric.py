@@ -61,7 +61,7 @@ def symmetric_form(e: Expr, names=frozenset()) -> bool:
 
 def symmetrize(G: Expr, names) -> Expr:
     """sym(G) = (G + Gᵀ)/2, written with the symmetry of ``names``; G itself if symmetric."""
-    from .simplify import simplify
+    from .simplify import scale, simplify, split_coeff
 
     names = frozenset(names)
     G = use_symmetry(G, names)
@@ -81,8 +81,6 @@ def symmetrize(G: Expr, names) -> Expr:
             R = simplify(ir.add(*rest))
             RT = use_symmetry(simplify(ir.T(R)), names)
             return simplify(ir.add(*kept, ir.mul(ir.const(0.5), ir.add(R, RT))))
-    from .simplify import scale, split_coeff
-
     plain = simplify(ir.mul(ir.const(0.5), ir.add(G, GT)))
     c, core = split_coeff(opened)
     if core is None or core.op != "add":
