@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 
 from . import codegen
-from .codegen import FACTOR_OPS, np_shape, sanitize
+from .codegen import FACTOR_OPS, dim_lines, np_shape, sanitize
 from .errors import DeriveError
 from .ir import SCALAR, Expr
 from .ops import REGISTRY
@@ -320,9 +320,7 @@ def function_source(backend: str, fname: str, outputs: list, param_names: list, 
         ret = returns(results)
     body.append(f"    return {ret}")
     text = "\n".join(body)
-    for dname, pname, axis in em.dims_needed.values():
-        if re.search(rf"\b{dname}\b", text):
-            head.append(f"    {dname} = {pname}.shape[{axis}]")
+    head.extend(dim_lines(em, text))
     helpers = "".join(HELPERS[backend][h] + "\n\n" for h in sorted(em.helpers))
     return helpers + "\n".join(head + body) + "\n", params
 

@@ -98,7 +98,9 @@ class Emitter:
         self.params = params          # user name -> python name
         self.dim_source = dim_source  # dim name -> (python param name, axis)
         # one safe name per dimension, made together: np and np_ would both be np_ alone
-        self.dim_py = sanitize([d for d in dim_source if isinstance(d, str)])
+        self.dim_py = sanitize(sorted({f for d in dim_source if isinstance(d, str)
+                                       for f in ir.dim_factors(d) if isinstance(f, str)} | {
+                                       d for d in dim_source if isinstance(d, str)}))
         self.lines: list[str] = []
         self.helpers: set = set()
         self.dims_needed: dict = {}
@@ -117,8 +119,10 @@ class Emitter:
         if d not in self.dim_source and "*" in d:  # a product dimension: the product of its sizes
             return "(" + " * ".join(self.dim(f) for f in ir.dim_factors(d)) + ")"
         if d not in self.dims_needed:
-            pname, axis = self.dim_source[d]
-            self.dims_needed[d] = (f"dim_{self.dim_py[d]}", pname, axis)
+            home, rest = ir.dim_home(d, self.dim_source)  # (n only in C's n*p rows: C's rows / p)
+            pname, axis = self.dim_source[home]
+            read = f"{pname}.shape[{axis}]" + ("" if rest == 1 else f" // {self.dim(rest)}")
+            self.dims_needed[d] = (f"dim_{self.dim_py[d]}", read)
         return self.dims_needed[d][0]
 
     def shape_src(self, shape) -> str:
@@ -483,10 +487,7 @@ def function_source(fname: str, outputs: list[Expr], param_names: list[str], sym
         ret = returns(results)
     body.append(f"    return {ret}")
     text = "\n".join(body)
-    dims = []
-    for dname, pname, axis in em.dims_needed.values():
-        if re.search(rf"\b{dname}\b", text):  # (a summed array of ones is never built)
-            dims.append(f"    {dname} = {pname}.shape[{axis}]")
+    dims = dim_lines(em, text)
     used = text + "\n".join(dims)
     head.extend(f"    _shape_{params[n]} = np.shape({params[n]})" for n in given)
     head.extend(entry_conversions([p for p in param_names if re.search(rf"\b{params[p]}\b", used)],
@@ -505,6 +506,17 @@ def function_source(fname: str, outputs: list[Expr], param_names: list[str], sym
             wrap = f"\n\n\n{fname} = _blas_threads({fname}, ({', '.join(map(repr, keys))},))\n"
     helpers = "".join(HELPERS[h] + "\n\n" for h in helper_closure(em.helpers))
     return helpers + "\n".join(head + body) + "\n" + wrap, params
+
+
+def dim_lines(em, text: str) -> list:
+    """The lines reading the sizes that ``text`` uses (one size may be read through another);
+    a size nothing uses is never read (a summed array of ones is never built)."""
+    lines, used = [], text
+    for dname, read in reversed(list(em.dims_needed.values())):
+        if re.search(rf"\b{dname}\b", used):
+            lines.append(f"    {dname} = {read}")
+            used += "\n" + read
+    return lines[::-1]
 
 
 def host_number(n: Expr) -> bool:

@@ -200,6 +200,40 @@ def dim_mul(a, b):
     return "*".join(([str(k)] if k != 1 else []) + sorted(names))
 
 
+def dim_div(a, b):
+    """a / b for dimensions where b divides a (6/2 = 3, 'm*n'/'n' = 'm', '2*n'/2 = 'n', n/n = 1);
+    None where it does not."""
+    k, names = 1, []
+    for f in dim_factors(a):
+        if isinstance(f, int):
+            k *= f
+        else:
+            names.append(f)
+    for f in dim_factors(b):
+        if isinstance(f, int):
+            if k % f:
+                return None
+            k //= f
+        elif f in names:
+            names.remove(f)
+        else:
+            return None
+    return dim_mul(k, "*".join(sorted(names))) if names else k
+
+
+def dim_home(d, sources: dict):
+    """(s, rest) for a dimension s of ``sources`` (dimension -> where it is read) with
+    s = d·rest: d itself (rest 1), else a product holding d whose other factors are sources
+    themselves (n read as size('n*p') / p); None where no source holds d so."""
+    if d in sources:
+        return d, 1
+    for s in sources:
+        if isinstance(s, str) and "*" in s and (rest := dim_div(s, d)) is not None \
+                and all(isinstance(f, int) or f in sources for f in dim_factors(rest)):
+            return s, rest
+    return None
+
+
 def dim(d) -> Expr:
     """The size of dimension d as a scalar value (a leaf; emitted from the arrays' .shape)."""
     if isinstance(d, int):
@@ -224,6 +258,9 @@ class _Unifier:
 
     def mul(self, a, b):
         return dim_mul(a, b)
+
+    def div(self, a, b):
+        return dim_div(a, b)
 
     def fail(self, message):
         raise ShapeMismatch(message)

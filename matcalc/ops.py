@@ -53,6 +53,8 @@ class Op:
     elementwise: bool = False
     transposes: bool = False              # f(Xᵀ) = f(X)ᵀ though not entry by entry (softmax over all entries)
     user: bool = True                     # callable by name in the language
+    shape_attr: bool = False              # attr is the result's shape (unvec, kron_sum): the shape
+                                          # rule works it out from a call as written
     smooth: bool = True                   # False: piecewise constant or kinked (fd-checks avoid kinks)
     aliases: tuple = ()
     fold_const: Optional[Callable] = None  # (c, shape, attr) -> the op on c·1, an array of
@@ -169,7 +171,16 @@ def _vec_rule(u, s, attr):
 
 
 def _unvec_rule(u, s, attr):
-    return attr  # the matrix shape it goes back to
+    """unvec(v, rows): the matrix whose columns, stacked, are v.  Built inside matcalc, attr
+    is that shape; as written, attr is the number of rows (a dimension)."""
+    if isinstance(attr, tuple):
+        return attr
+    (n, c), rows = s[0], attr
+    cols = u.div(n, rows) if u.one(c) else None
+    if cols is None:
+        u.fail(f"unvec(v, rows) needs a vector v whose length is a multiple of rows, but {u.what(0)} "
+               f"and rows is {rows}")
+    return (rows, cols)
 
 
 MAX_MATRIX_POWER = 64  # the differential of Xᵏ is a sum of |k| products, its Hessian of k² (2 s at 64)
@@ -184,7 +195,16 @@ def _matrix_power_rule(u, s, attr):
 
 
 def _blocks_rule(u, s, attr):
-    return attr
+    """kron_sum(C, A) and kron_blocks(C, B): C in blocks of the second argument's shape, one
+    block per entry of the result (attr: that shape, where matcalc builds them)."""
+    if attr is not None:
+        return attr
+    (r, c), (p, q) = s
+    shape = (u.div(r, p), u.div(c, q))
+    if None in shape:
+        u.fail(f"{u.name} needs its first argument made of blocks of the second's shape, but {u.what(0)} and "
+               f"{u.what(1)}")
+    return shape
 
 
 # ------------------------------------------------------------------ helpers for rules
@@ -561,6 +581,28 @@ def _t_kron(n, c, lin):
     return out, "frob_kron"
 
 
+def _t_kron_sum(n, c, lin):  # kron_sum(D, A) = Σᵢⱼ Aᵢⱼ D₍ᵢⱼ₎
+    ir = _ir()
+    D, A = n.args
+    out = []
+    if lin[0]:
+        out.append((0, ir.func("kron", A, c)))
+    if lin[1]:
+        out.append((1, ir.func("kron_blocks", D, c, attr=A.shape)))
+    return out, "frob_kron_sum"
+
+
+def _t_kron_blocks(n, c, lin):  # kron_blocks(D, B)ᵢⱼ = D₍ᵢⱼ₎ : B
+    ir = _ir()
+    D, B = n.args
+    out = []
+    if lin[0]:
+        out.append((0, ir.func("kron", c, B)))
+    if lin[1]:
+        out.append((1, ir.func("kron_sum", D, c, attr=B.shape)))
+    return out, "frob_kron_blocks"
+
+
 def _np_axis_template(all_form, axis_form):
     def emit(em, n, a):
         if n.attr is None:
@@ -824,20 +866,21 @@ register(Op("vec", _vec_rule, jvp=_jvp_linear, view=True, rule="d vec(X) = vec(d
             numpy=_np_vec, latex="\\operatorname{vec}",
             torch=_fw_vec, jax=_fw_vec))
 register(Op("unvec", _unvec_rule, view=True, jvp=lambda e, d: None if d[0] is None else _ir().func("unvec", d[0], attr=e.shape),
-            rule="d vec⁻¹(v) = vec⁻¹(dv)", user=False, scalar_form=lambda a, attr: a,
+            rule="d vec⁻¹(v) = vec⁻¹(dv)", params=("rows",), shape_attr=True, scalar_form=lambda a, attr: a,
+            text=lambda p, e: f"unvec({p.p(e.args[0])[0]}, {p.dim(e.shape[0])})",
             transpose=lambda n, c, lin: ([(0, _ir().func("vec", c))], "frob_unvec"), vec=_vec_form_rule("unvec"),
             numpy=_np_unvec, latex="\\operatorname{vec}^{-1}",
             torch=_fw_unvec, jax=_fw_unvec))
-register(Op("kron_blocks", _blocks_rule, nargs=2, user=False,
+register(Op("kron_blocks", _blocks_rule, nargs=2, transpose=_t_kron_blocks, shape_attr=True,
             jvp=lambda e, d: _sum_opt([d[0] and _ir().func("kron_blocks", d[0], e.args[1], attr=e.shape),
                                        d[1] and _ir().func("kron_blocks", e.args[0], d[1], attr=e.shape)]),
-            rule="d blocks(C, B) = blocks(dC, B) + blocks(C, dB)", numpy=_np_kron_blocks,
+            rule="d kron_blocks(C, B) = kron_blocks(dC, B) + kron_blocks(C, dB)", numpy=_np_kron_blocks,
             latex=lambda p, e: (f"\\operatorname{{blocks}}\\left({p.p(e.args[0])[0]} : {p.p(e.args[1])[0]}\\right)", 7),
             torch=_np_kron_blocks, jax=_np_kron_blocks))
-register(Op("kron_sum", _blocks_rule, nargs=2, user=False,
+register(Op("kron_sum", _blocks_rule, nargs=2, transpose=_t_kron_sum, shape_attr=True,
             jvp=lambda e, d: _sum_opt([d[0] and _ir().func("kron_sum", d[0], e.args[1], attr=e.shape),
                                        d[1] and _ir().func("kron_sum", e.args[0], d[1], attr=e.shape)]),
-            rule="d blocksum(C, A) = blocksum(dC, A) + blocksum(C, dA)", numpy=_np_kron_sum,
+            rule="d kron_sum(C, A) = kron_sum(dC, A) + kron_sum(C, dA)", numpy=_np_kron_sum,
             latex=lambda p, e: (f"\\operatorname{{blocksum}}\\left({p.p(e.args[0])[0]}, {p.p(e.args[1])[0]}\\right)", 7),
             torch=_np_kron_sum, jax=_np_kron_sum))
 register(Op("matrix_power", _matrix_power_rule, params=("power",), jvp=_jvp_matrix_power,

@@ -243,7 +243,8 @@ class TextPrinter:
         if op == "T":
             return f"{self.wrap(e.args[0], POST)}.T", POST
         if op == "dim":
-            return self.dim(e.attr), ATOM
+            t = self.dim(e.attr)
+            return (f"({t})" if "/" in t else t), ATOM
         spec = REGISTRY[op]
         if spec.text is not None:
             return spec.text(self, e), ATOM
@@ -253,11 +254,17 @@ class TextPrinter:
         return f"{op}({', '.join(args)})", ATOM
 
     def dim(self, d) -> str:
-        """A dimension's size as matcalc text: size(x, 0) of a symbol that has it."""
-        if d in self.dims:
-            name, axis = self.dims[d]
-            return f"size({name}, {axis})"
-        return f"size({d})"
+        """A dimension's size as matcalc text: size(x, 0) of a symbol that has it, a number,
+        or a product of them (the length of vec(X))."""
+        if isinstance(d, int):
+            return str(d)
+        if "*" in d and d not in self.dims:
+            return "*".join(self.dim(f) for f in ir.dim_factors(d))
+        home = ir.dim_home(d, self.dims)
+        if home is None:
+            return f"size({d})"
+        name, axis = self.dims[home[0]]
+        return f"size({name}, {axis})" + ("" if home[1] == 1 else "/" + self.dim(home[1]))
 
 
 def _minus(s: str) -> str:

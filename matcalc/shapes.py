@@ -817,9 +817,26 @@ class _Typer:
             self.fail(n, f"{n.value} takes {want}, got {words.get(given, f'{given} arguments')}")
         attr = None
         for p, arg in zip(op.params, n.children[op.nargs:]):
-            attr = self.integer(arg, f"the {p} of {n.value}")
+            attr = self.dimension(arg) if op.shape_attr else self.integer(arg, f"the {p} of {n.value}")
         self.attrs[id(n)] = attr
         return op.shape(_CallUnifier(self, n, name, kid), kid[:op.nargs], attr)
+
+    def dimension(self, node: Node):
+        """A size parameter (unvec(v, rows)): a whole number, size(X, axis), or a product of them."""
+        if node.kind == "num" and float(node.value).is_integer() and 0 < node.value <= 10 ** 6:
+            return int(node.value)
+        if node.kind == "call" and node.value == "size" and len(node.children) == 2:
+            axis = self.attrs.get(id(node))
+            return self.shape[id(node.children[0])][axis % 2]
+        if node.kind == "mul" and node.value == "*":
+            return self.product([self.dimension(c) for c in node.children])
+        if node.kind == "mul" and node.value == "/":  # size(C, 0)/size(B, 0): C's rows in blocks of B's
+            a, b = (self.find(self.dimension(c)) for c in node.children)
+            q = None if isinstance(a, (Var, Prod)) or isinstance(b, (Var, Prod)) else ir.dim_div(a, b)
+            if q is not None:
+                return q
+        self.fail(node, f"the rows of unvec must be a size: a whole number, size(X, axis), or products and "
+                        f"quotients of them, got {self.text(node)}")
 
     def integer(self, node: Node, what: str) -> int:
         """An integer literal argument (an axis, a power), possibly negative."""
@@ -923,6 +940,8 @@ class _Typer:
             if name == "size":  # size(X) entries, size(X, axis) one dimension: a number here
                 shape = args[0].shape
                 return ops.count(shape) if attr is None else ir.dim(shape[attr % 2])
+            if op.shape_attr:  # unvec(v, rows), kron_sum(C, A): the IR holds the shape worked out
+                return ir.func(name, *args[:op.nargs], attr=tuple(self.resolve(d) for d in self.shape[id(n)]))
             if name in ("sum", "mean", "logsumexp") and attr is not None and args[0].shape[attr % 2] == 1:
                 return args[0]  # along an axis of length 1 (sum(c, 1) of a column c): each entry alone
             return ir.func(op.name, *args[:op.nargs], attr=None if attr is None else
@@ -944,6 +963,15 @@ class _CallUnifier:
 
     def mul(self, a, b):
         return self.t.product([a, b])
+
+    def div(self, a, b):
+        """q with b·q = a, now where both are known, else once more is known; None where b
+        does not divide a."""
+        fa, fb = self.t.find(a), self.t.find(b)
+        if not isinstance(fa, (Var, Prod)) and not isinstance(fb, (Var, Prod)):
+            return ir.dim_div(fa, fb)
+        q = self.t.fresh()
+        return q if self.t.unify(a, self.t.product([b, q])) else None
 
     def fail(self, message):
         self.t.fail(self.node, message)

@@ -32,6 +32,28 @@ def _softmax(X, axis):
     return e / np.sum(e, axis=axis, keepdims=True)
 
 
+def _blocks(C, rows, cols):
+    """C's blocks of rows × cols, by block index (i, j): loops, not a reshape."""
+    return {(i, j): C[i * rows:(i + 1) * rows, j * cols:(j + 1) * cols]
+            for i in range(C.shape[0] // rows) for j in range(C.shape[1] // cols)}
+
+
+def _kron_sum(C, A):  # Σᵢⱼ Aᵢⱼ C₍ᵢⱼ₎
+    r, c = C.shape[0] // A.shape[0], C.shape[1] // A.shape[1]
+    return sum(A[i, j] * blk for (i, j), blk in _blocks(C, r, c).items())
+
+
+def _kron_blocks(C, B):  # entry (i, j): C₍ᵢⱼ₎ : B
+    out = np.zeros((C.shape[0] // B.shape[0], C.shape[1] // B.shape[1]))
+    for (i, j), blk in _blocks(C, *B.shape).items():
+        out[i, j] = np.sum(blk * B)
+    return out
+
+
+def _unvec(v, rows):  # the columns of the result, stacked, are v
+    return np.column_stack([v[k:k + rows] for k in range(0, len(v), rows)])
+
+
 # elementwise f: (its NumPy oracle, the argument matcalc sees, the same argument in NumPy)
 NORMAL = ("A@x", lambda A, x: A @ x)
 POSITIVE = ("exp(A@x)", lambda A, x: np.exp(A @ x))
@@ -65,6 +87,13 @@ CASES = [
      lambda A, B, C: np.sum(C * np.kron(A, B))),
     ("sum(exp(kron(A, x)))", {"A": ("a", "b"), "x": ("c",)},
      lambda A, x: np.sum(np.exp(np.kron(A, x[:, None])))),
+    ("G:kron_sum(C, A)", {"C": ("a*c", "b*d"), "A": ("a", "b"), "G": ("c", "d")},
+     lambda C, A, G: np.sum(G * _kron_sum(C, A))),
+    ("sum(sin(kron_blocks(C, B)))", {"C": ("a*c", "b*d"), "B": ("c", "d")},
+     lambda C, B: np.sum(np.sin(_kron_blocks(C, B)))),
+    ("sum(exp(unvec(v, size(X, 0)))*X)", {"v": ("a*b",), "X": ("a", "b")},
+     lambda v, X: np.sum(np.exp(_unvec(v, X.shape[0])) * X)),
+    ("sum(unvec(v, 2)@X)", {"v": (12,), "X": (6, 4)}, lambda v, X: np.sum(_unvec(v, 2) @ X)),
     ("vec(X):y", {"X": ("a", "b")}, None),  # y's length is a·b: its oracle below
     ("sum(vec(X@B)**2)", {"X": ("a", "b"), "B": ("b", "c")}, lambda X, B: np.sum((X @ B) ** 2)),
     ("tr(matrix_power(X, 3)@A)", {"X": ("a", "a"), "A": ("a", "a")},
@@ -81,14 +110,14 @@ CASES = [
     ("softmax(A@x):y + logsumexp(A@x)", {"A": ("a", "b"), "x": ("b",), "y": ("a",)},
      lambda A, x, y: _softmax(A @ x, 0) @ y + float(_lse(A @ x))),
 ]
-COVERED = {"sum", "mean", "softmax", "logsumexp", "kron", "vec", "matrix_power", "size", "tr", "Diag",
+COVERED = {"sum", "mean", "softmax", "logsumexp", "kron", "kron_sum", "kron_blocks", "vec", "unvec", "matrix_power", "size", "tr", "Diag",
            "diag", "det", "logdet", "inv", "norm2", "norm1"}
 
 
 def _inputs(shapes, rng, spd=()):
     out = {}
     for name, shape in shapes.items():
-        dims = tuple(int(np.prod([SIZES[f] for f in d.split("*")])) for d in shape)
+        dims = tuple(d if isinstance(d, int) else int(np.prod([SIZES[f] for f in d.split("*")])) for d in shape)
         if name in spd:
             R = rng.standard_normal(dims)
             out[name] = R @ R.T / dims[0] + np.eye(dims[0])

@@ -174,3 +174,32 @@ def test_a_named_differential_keeps_its_name_through_the_signs():
     d = matcalc.derive("sum(sigmoid(W@x)*log(sigmoid(W@x)))", "W")
     line = next(l for l in d.derivation_lines() if l.startswith("dλ = "))
     assert line.startswith("dλ = sum(-ds1*q - s1*dq)"), line
+
+
+def _sized_inputs(d, sizes, rng):
+    """Inputs of d's user shapes, a product dimension ('a*c') the product of its factors' sizes."""
+    def size(x):
+        return x if isinstance(x, int) else int(np.prod([sizes[f] for f in x.split("*")]))
+    return {k: rng.standard_normal(tuple(size(x) for x in sh)) if sh else 0.7 for k, sh in d.user_shapes.items()}
+
+
+@pytest.mark.parametrize("expr,wrt,shapes", [
+    # the adjoints of kron print as kron_sum / kron_blocks, which read back
+    ("tr(kron(A, B)@C)", "A", {"A": ("a", "b"), "B": ("c", "d")}),
+    ("tr(kron(A, B)@C)", "B", {"A": ("a", "b"), "B": ("c", "d")}),
+    ("sum(sin(kron_sum(C, A)))", "A", {"C": ("a*c", "b*d"), "A": ("a", "b")}),
+    ("sum(sin(kron_blocks(C, B)))", "C", {"C": ("a*c", "b*d"), "B": ("c", "d")}),
+    # unvec prints with its rows: a size read from a symbol, a number, or a quotient of sizes
+    ("sum(exp(kron(A, B)@x))", "A", {"A": ("a", "b"), "B": ("c", "d")}),
+    ("y.T@kron(A, B)@x", "B", {"A": (2, 3), "B": (4, 5)}),
+    ("sum(exp(unvec(v, size(X, 0))))", "v", {"v": ("a*b",), "X": ("a", "b")}),
+    ("sum(tanh(unvec(v, size(C, 0)/size(B, 0))))", "v", {"v": ("a*b",), "C": ("a*c", "b*d"), "B": ("c", "d")}),
+    ("sum(unvec(v, 3)@B)", "v", {"v": (12,), "B": (4, 2)}),
+])
+def test_vec_and_kron_texts_reparse(expr, wrt, shapes):
+    d = matcalc.derive(expr, wrt=wrt, shapes=shapes)
+    inputs = _sized_inputs(d, {"a": 3, "b": 4, "c": 2, "d": 5}, np.random.default_rng(1))
+    want = np.asarray(d.function(**inputs))
+    got_shape, got = evaluate(d.text, d, inputs, shape=d.shape)
+    assert got_shape == d.gradient.shape, (d.text, got_shape)
+    assert np.allclose(np.broadcast_to(got, want.shape), want), d.text
