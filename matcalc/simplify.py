@@ -1104,8 +1104,9 @@ def _fold_blocks(name: str, C: Expr, M: Expr, shape):
     kron_blocks(C, B)ᵢⱼ = C₍ᵢⱼ₎ : B (C₍ᵢⱼ₎ C's block (i, j), of the result's shape for
     kron_sum, of B's for kron_blocks), where C's blocks are known: C = I (square blocks, so
     C₍ᵢⱼ₎ = δᵢⱼ I) gives tr(A) I and tr(B) I, C = c1 gives c sum(A) 1 and c sum(B) 1,
-    C = P⊗Q (also through transposes and inverses: _kron_factors) gives (A:P) Q and (Q:B) P;
-    numbers in C come out.  None otherwise."""
+    C = P⊗Q (also through transposes and inverses: _kron_factors) gives (A:P) Q and (Q:B) P,
+    C = u wᵀ gives U A Wᵀ and Uᵀ B W (U, W: u, w unvec'd into columns of a block's height
+    and width); numbers in C come out.  None otherwise."""
     sc, C = _split_scalars(C)
     if C.shape != (ir.dim_mul(M.shape[0], shape[0]), ir.dim_mul(M.shape[1], shape[1])) if name == "kron_sum" \
             else C.shape != (ir.dim_mul(shape[0], M.shape[0]), ir.dim_mul(shape[1], M.shape[1])):
@@ -1121,6 +1122,13 @@ def _fold_blocks(name: str, C: Expr, M: Expr, shape):
             out = s_mul(s_frob(M, P), Q)
         elif name == "kron_blocks" and Q.shape == M.shape and P.shape == shape:
             out = s_mul(s_frob(Q, M), P)
+    elif (uw := _outer_factors(C)) is not None:  # C = u wᵀ: its block (i, j) is uᵢ wⱼᵀ
+        u, w = uw[0], s_T(uw[1])
+        p, q = (shape if name == "kron_sum" else M.shape)
+        U, W = s_func("unvec", u, attr=(p, ir.dim_div(u.shape[0], p))), \
+            s_func("unvec", w, attr=(q, ir.dim_div(w.shape[0], q)))
+        # Σᵢⱼ Aᵢⱼ uᵢ wⱼᵀ = U A Wᵀ and uᵢᵀ B wⱼ = (Uᵀ B W)ᵢⱼ, with U's columns the uᵢ
+        out = s_matmul(s_matmul(U, M), s_T(W)) if name == "kron_sum" else s_matmul(s_matmul(s_T(U), M), W)
     if out is None:
         return None
     return s_mul(*sc, out) if sc else out
@@ -1217,6 +1225,11 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
         return s_func("sum", a.args[0])
     if name == "sum" and attr is not None and a.op == "T" and a.shape[0] != 1 and a.shape[1] != 1:
         return s_T(s_func("sum", a.args[0], attr=1 - attr))  # sum(Aᵀ, 1) = sum(A, 0)ᵀ
+    if name == "sum" and a.op == "kron":  # sums of A⊗B: sum(A) sum(B), and along an axis A's ⊗ B's
+        A, B = a.args
+        if attr is None:
+            return s_mul(s_func("sum", A), s_func("sum", B))
+        return s_func("kron", s_func("sum", A, attr=attr), s_func("sum", B, attr=attr))
     if name == "sum" and attr is not None and a.op == "matmul" and a.args[attr].op == "Diag":
         m, h = (a.args[0], a.args[1].args[0]) if attr == 1 else (a.args[1], a.args[0].args[0])
         return s_matmul(m, h) if attr == 1 else s_matmul(s_T(h), m)  # M Diag(h) 1 = M h, 1ᵀ Diag(h) M = hᵀM
@@ -1276,35 +1289,70 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
                 return s_func("softplus", y.args[0])
     if name == "sum" and a.op == "mul" and len(a.args) == 2 and a.args[0].shape == a.args[1].shape:
         return s_frob(*a.args)
-    if name == "vec" and a.op == "unvec":
-        return a.args[0]
+    if name == "vec" and (back := _vec_back(a)) is not None:  # vec(f(unvec(u))) = f(u)
+        return back
     if name == "unvec" and a.op == "vec":
         return a.args[0]
     return ir.func(name, a, attr=attr)
 
 
+def _entrywise(e: Expr) -> bool:
+    return e.op in ("add", "mul", "div", "pow") or e.op in REGISTRY and REGISTRY[e.op].elementwise
+
+
+def _entrywise_leaves(e: Expr) -> list:
+    """The array operands of e's entrywise work (see _entrywise_map)."""
+    if e.shape == SCALAR:
+        return []
+    return [f for a in e.args for f in _entrywise_leaves(a)] if _entrywise(e) else [e]
+
+
+def _entrywise_map(e: Expr, leaf):
+    """e with each operand x of its entrywise work (sums, products, quotients, powers,
+    entrywise functions) replaced by leaf(x), numbers kept; None where a leaf gives None."""
+    if e.shape == SCALAR:  # a number spread over the entries (in a sum or a product)
+        return e
+    if _entrywise(e):
+        args = [_entrywise_map(a, leaf) for a in e.args]
+        if any(a is None for a in args):
+            return None
+        build = {"add": s_add, "mul": s_mul, "div": s_div, "pow": s_pow}.get(e.op)
+        return build(*args) if build else s_func(e.op, *args, attr=e.attr)
+    return leaf(e)
+
+
+def _vec_back(M: Expr):
+    """vec(M) moved inside M's entrywise work where that undoes an unvec (vec commutes with
+    it, entry by entry: vec(X∘exp(unvec(u))) = vec(X)∘exp(u)); else None."""
+    if not any(f.op == "unvec" for f in _entrywise_leaves(M)):
+        return None
+    n = ir.dim_mul(M.shape[0], M.shape[1])
+    return _entrywise_map(M, lambda x: x.args[0] if x.op == "unvec" else const(x.attr, (n, 1)) if x.op == "const"
+                          else ir.func("vec", x))
+
+
 def _unvec(v: Expr, shape):
     """unvec(v) as a matrix expression, where v is vec(X) or (B⊗A)vec(X) = vec(AXBᵀ) (the vec
-    trick, B⊗A also seen through a transpose, _kron_factors), or a sum of them; else None."""
-    if v.op == "vec" and v.args[0].shape == tuple(shape):
+    trick, B⊗A also seen through a transpose, _kron_factors), a ⊗ b = vec(b aᵀ) of two vectors,
+    or entrywise work on them (unvec commutes with it, entry by entry); else None."""
+    return _entrywise_map(v, lambda x: _unvec_one(x, tuple(shape)))
+
+
+def _unvec_one(v: Expr, shape):
+    if v.op == "vec" and v.args[0].shape == shape:
         return v.args[0]
-    if v.op == "add":
-        terms = [_unvec(t, shape) for t in v.args]
-        return None if any(t is None for t in terms) else s_add(*terms)
     if v.op == "const":  # unvec(c1) = c1 of the matrix's shape
-        return const(v.attr, tuple(shape))
-    if v.op == "div" and v.args[1].shape == SCALAR:  # unvec(vec(X)/β) = X/β
-        inner = _unvec(v.args[0], shape)
-        return None if inner is None else s_div(inner, v.args[1])
-    if v.op == "mul":  # unvec(β vec(X)) = β X
-        sc, arr = _split_scalars(v)
-        inner = _unvec(arr, shape) if sc else None
-        return None if inner is None else s_mul(*sc, inner)
+        return const(v.attr, shape)
+    if v.op == "T" and v.args[0].op == "kron":  # (p ⊗ q)ᵀ = pᵀ ⊗ qᵀ
+        v = ir.func("kron", *(s_T(a) for a in v.args[0].args))
+    if v.op == "kron" and all(a.shape[1] == 1 for a in v.args) and v.args[1].shape[0] == shape[0]:
+        a, b = v.args  # a ⊗ b = vec(b aᵀ)
+        return s_matmul(b, s_T(a))
     if v.op != "matmul" or v.args[1].op != "vec":
         return None
     M, X = v.args[0], v.args[1].args[0]
     if M.op == "add":
-        terms = [_unvec(s_matmul(m, v.args[1]), shape) for m in M.args]
+        terms = [_unvec_one(s_matmul(m, v.args[1]), shape) for m in M.args]
         return None if any(t is None for t in terms) else s_add(*terms)
     pq = _kron_factors(M)
     if pq is None:

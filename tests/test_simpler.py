@@ -730,6 +730,16 @@ def test_an_inverse_of_a_matrix_power_is_a_negative_power():
      lambda X, Y: np.sum(Y * np.exp(X))),
     ("sum(exp(vec(X))*vec(X))", {"X": ("n", "m")}, "(X + 1)*exp(X)", lambda X, Y: np.sum(np.exp(X) * X)),
     ("sqrt(vec(X).T@vec(X))", {"X": ("n", "m")}, "X/sqrt(vec(X).T@vec(X))", lambda X, Y: np.sqrt(np.sum(X * X))),
+    # unvec commutes with all entrywise work (1/vec, a vec beside a number, -vec): was unvec(1/vec(Y)),
+    # unvec(vec(Y)*sigmoid(-vec(X))), unvec(2*exp(2*vec(X) - vec(Y))), which do not read back
+    ("sum(vec(X)/vec(Y))", {"X": ("n", "m"), "Y": ("n", "m")}, "1/Y", lambda X, Y: np.sum(X / Y)),
+    ("vec(Y).T@log(sigmoid(vec(X)))", {"X": ("n", "m"), "Y": ("n", "m")}, "Y*sigmoid(-X)",
+     lambda X, Y: np.sum(Y * -np.logaddexp(0, -X))),
+    ("sum(exp(2*vec(X) - vec(Y)))", {"X": ("n", "m"), "Y": ("n", "m")}, "2*exp(2*X - Y)",
+     lambda X, Y: np.sum(np.exp(2 * X - Y))),
+    # and vec commutes back: vec(f(unvec(u))) = f(u)
+    ("sum(exp(unvec(vec(X)*vec(Y), size(X, 0))))", {"X": ("n", "m"), "Y": ("n", "m")}, "exp(X*Y)*Y",
+     lambda X, Y: np.sum(np.exp(X * Y))),
     # a double inverse of a product of non-square factors: was inv(X@Y).T@(X@Y@1@1.T@X@Y).T@inv(X@Y).T@Y.T
     ("sum(inv(inv(X@Y).T))", {"X": ("n", "m"), "Y": ("m", "n")}, "1@(1.T@Y.T)", lambda X, Y: np.sum(X @ Y)),
 ])
@@ -768,3 +778,4 @@ def test_an_inverse_meets_the_factors_of_its_product(expr, wrt, text, lam):
     from support.fd import central_fd_grad
     got = d.function(**{k: v for k, v in vals.items() if k in d.function.params})
     np.testing.assert_allclose(got, central_fd_grad(lam, vals, wrt), rtol=1e-6, atol=1e-7)
+
