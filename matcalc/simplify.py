@@ -222,7 +222,26 @@ def _merge_terms(items, key, build):
     return items
 
 
+_unordered: "weakref.WeakKeyDictionary[Expr, Expr]" = weakref.WeakKeyDictionary()
+
+
+def _order_free(e: Expr) -> Expr:
+    """e with the terms of every sum in it in one order (a key only: log(a + b) and log(b + a)
+    are one term, exp(a + b)∘exp(b + a) one power)."""
+    hit = _unordered.get(e)
+    if hit is None:
+        args = tuple(_order_free(a) for a in e.args)
+        if e.op == "add":
+            args = tuple(sorted(args, key=id))
+        hit = _unordered[e] = e if args == e.args else Expr(e.op, args, e.attr, e.shape)
+    return hit
+
+
 def _like_key(core: Expr) -> Expr:
+    return _order_free(_like_key_ordered(core))
+
+
+def _like_key_ordered(core: Expr) -> Expr:
     """What like terms share: a matrix chain as its factors with the transposes moved in,
     so (AB)ᵀ, BᵀAᵀ and (A)ᵀ… are one term (tr(X⁴)'s gradient collects to 4(X³)ᵀ, not
     (X³)ᵀ + 3(X²)ᵀXᵀ), Xᵏ is X…X; an inner product in any spelling (x:y, y:x, xᵀy, sum(x∘y),
@@ -232,7 +251,7 @@ def _like_key(core: Expr) -> Expr:
         if pair is not None:
             return _pair_key(*pair)
     if core.op == "mul" and any(f.shape == SCALAR and f.op in _INNER_OPS for f in core.args):
-        keyed = tuple(_like_key(f) if f.shape == SCALAR and f.op in _INNER_OPS else f
+        keyed = tuple(_like_key_ordered(f) if f.shape == SCALAR and f.op in _INNER_OPS else f
                       for f in core.args)  # 2(dx:x)x and 2(x:dx)x: one term
         return Expr("mul", tuple(sorted(keyed, key=id)), None, core.shape)
     if core.op in ("matmul", "T", "matrix_power"):
@@ -1029,12 +1048,15 @@ def _collect_powers(fs):
     if len(fs) < 2:
         return fs
     exps: dict = {}
+    first: dict = {}  # a base's key -> the base as first written (x + y and y + x: one base)
     for f in fs:
         base, k = _base_exponent(f)
-        exps[base] = exps.get(base, 0.0) + k
+        key = _order_free(base)
+        first.setdefault(key, base)
+        exps[key] = exps.get(key, 0.0) + k
     if len(exps) == len(fs):
         return fs
-    return [_power(b, k) for b, k in exps.items()]
+    return [_power(first[key], k) for key, k in exps.items()]
 
 
 def s_pow(a: Expr, k: Expr) -> Expr:

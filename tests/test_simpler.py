@@ -779,3 +779,22 @@ def test_an_inverse_meets_the_factors_of_its_product(expr, wrt, text, lam):
     got = d.function(**{k: v for k, v in vals.items() if k in d.function.params})
     np.testing.assert_allclose(got, central_fd_grad(lam, vals, wrt), rtol=1e-6, atol=1e-7)
 
+
+@pytest.mark.parametrize("expr, text, lam, grad", [
+    # a sum written in two orders is one term, one base: was 1/(a + b) - 1/(b + a),
+    # 2/(a + b)**2 - 3/(b + a)**2 and 2*exp(a + b)*exp(b + a)
+    ("log(a + b) - log(b + a)", "0", lambda a, b: 0.0 * a, lambda a, b: 0.0),
+    ("(a + b)**2/(b + a)**3", "-1/(a + b)**2", lambda a, b: 1 / (a + b), lambda a, b: -1 / (a + b) ** 2),
+    ("exp(a + b)*exp(b + a)", "2*exp(a + b)**2", lambda a, b: np.exp(2 * (a + b)), lambda a, b: 2 * np.exp(2 * (a + b))),
+])
+def test_a_sum_in_another_order_is_the_same_term(expr, text, lam, grad):
+    d = matcalc.derive(expr, "a", shapes={"a": (), "b": ()})
+    assert d.text == text
+    a, b, h = 0.3, 0.45, 1e-6
+    assert abs(float(d.function(a=a, b=b)) - grad(a, b)) < 1e-9
+    assert abs((lam(a + h, b) - lam(a - h, b)) / (2 * h) - grad(a, b)) < 1e-6  # the closed form itself
+
+
+def test_a_sum_in_another_order_inside_a_matrix_expression():
+    d = matcalc.derive("sum(exp(W@x + c) - exp(c + W@x))", "W")
+    assert d.text == "0"
