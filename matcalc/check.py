@@ -184,7 +184,8 @@ def random_inputs(user_shapes: dict, domains: dict, sizes: dict, rng) -> dict:
 
 
 def finite_difference_check(f, grad, inputs: dict, wrt: str, rng, h: float = 1e-6,
-                            max_entries: int = 40, directions: int = 3, symmetric: bool = False):
+                            max_entries: int = 40, directions: int = 3, symmetric: bool = False,
+                            tol: float = 1e-5):
     """(max relative error, number of comparisons) of grad against central differences of f.
     ``symmetric``: wrt is a symmetric matrix, perturbed only along symmetric directions
     (Eᵢⱼ + Eⱼᵢ), where λ's change is G:dS."""
@@ -194,7 +195,7 @@ def finite_difference_check(f, grad, inputs: dict, wrt: str, rng, h: float = 1e-
     if G.shape != base.shape:
         return float("inf"), 0, f"the gradient has shape {G.shape}, {wrt} has {base.shape}"
     if symmetric:
-        return _symmetric_fd(f, G, inputs, wrt, base, rng, h, max_entries, directions)
+        return _symmetric_fd(f, G, inputs, wrt, base, rng, h, max_entries, directions, tol)
 
     def at(x):
         args = dict(inputs)
@@ -226,11 +227,37 @@ def finite_difference_check(f, grad, inputs: dict, wrt: str, rng, h: float = 1e-
     if scale < 1e-12:
         return 0.0, len(fd), "zero"
     # central differences carry rounding noise of about eps·|λ|/h: no finer error is measurable
-    scale = max(scale, 1e-4 * max(1.0, abs(at(base))))
-    return float(np.max(np.abs(fd - an)) / scale), len(fd), ""
+    return _compare(np.max(np.abs(fd - an)), max(scale, 1e-4 * max(1.0, abs(at(base)))),
+                    _rounding_floor(at, base, h, tol), len(fd))
 
 
-def _symmetric_fd(f, G, inputs, wrt, base, rng, h, max_entries, directions):
+def _compare(err: float, scale: float, floor: float, n: int):
+    """(err relative to scale, n, "noise" where λ's own rounding, floor, is larger than scale:
+    the differences measured nothing, as where everything is zero)."""
+    if floor > scale:
+        return float(err) / floor, n, "noise"
+    return float(err) / scale, n, ""
+
+
+def _rounding_floor(at, base, h: float, tol: float, symmetric: bool = False) -> float:
+    """The scale below which central differences of λ are its rounding noise: where λ is a
+    difference of large terms (tr(AX)² − (A:X)², identically 0), its rounding is theirs, not
+    eps·|λ|.  Measured: the spread of (λ(x+δ) + λ(x−δ))/2 − λ(x) (λ's linear change cancels)
+    over steps δ of a few units in the last place of x's entries; a difference over a step h
+    carries up to that over h.  With a margin of 10, as a scale for the tolerance tol."""
+    rng = np.random.default_rng(0)  # (its own draws: the check's own stay as they were)
+    f0, noise = at(base), 0.0
+    for _ in range(4):
+        r = rng.uniform(-1.0, 1.0, np.shape(base))
+        d = base * (4 * np.finfo(float).eps) * ((r + r.T) / 2 if symmetric else r)
+        try:
+            noise = max(noise, abs(at(base + d) + at(base - d) - 2 * f0) / 2)
+        except np.linalg.LinAlgError:  # singular a few units in the last place away: nothing to measure
+            return float("inf")
+    return 10 * noise / h / tol if np.isfinite(noise) else 0.0
+
+
+def _symmetric_fd(f, G, inputs, wrt, base, rng, h, max_entries, directions, tol):
     n = base.shape[0]
 
     def at(x):
@@ -256,13 +283,16 @@ def _symmetric_fd(f, G, inputs, wrt, base, rng, h, max_entries, directions):
     scale = max(float(np.max(np.abs(fd))), float(np.max(np.abs(an))), float(np.max(np.abs(G))))
     if scale < 1e-12:
         return 0.0, len(fd), "zero"
-    scale = max(scale, 1e-4 * max(1.0, abs(at(base))))
     # G:V only sees G's symmetric part: the gradient must also be symmetric itself
     err = max(float(np.max(np.abs(fd - an))), float(np.max(np.abs(G - G.T))))
-    return err / scale, len(fd), ""
+    return _compare(err, max(scale, 1e-4 * max(1.0, abs(at(base)))),
+                    _rounding_floor(at, base, h, tol, symmetric=True), len(fd))
 
 
 ALL_ZERO = "the gradient and the finite differences were zero on every draw"
+SINGULAR = "the gradient met a singular matrix on every draw where λ was finite"
+ROUNDING = ("the finite differences were λ's rounding noise on every draw (λ is a difference of much larger "
+            "terms, or 0 whatever the inputs)")
 RETRIES = 5  # other size choices tried where the first gave no finite values (or, inverting, failed)
 
 
@@ -290,22 +320,27 @@ def over_size_choices(user_shapes: dict, fixed, run, inverts: bool = True) -> Ch
                               "sizes (d.check(sizes={...}) in Python; --shape's sizes on the command line)") from None
 
     first = at(choose_sizes(dims, fixed))
-    # all zero where λ inverts: det(XᵀX) of a wide X is 0 for every X, which tests nothing
-    blank = first.ok and inverts and first.message == ALL_ZERO
+    # all zero where λ inverts: det(XᵀX) of a wide X is 0 for every X, which tests nothing; nor
+    # do differences of λ's rounding noise (the inverse of a singular XᵀX)
+    blank = first.ok and inverts and first.message in (ALL_ZERO, ROUNDING)
     if first.ok and not blank or (np.isfinite(first.max_rel_error) and not inverts):
         return first
     second = None
     for other in _other_sizes(dims, fixed, first.sizes):
         second = at(other)
-        # a pass here counts where it tested something (not zeros everywhere)
+        # a pass here counts where it tested something (not zeros everywhere); after a first that
+        # tested nothing, so does a failure
+        tested = np.isfinite(second.max_rel_error) and second.message not in (ALL_ZERO, ROUNDING)
         if np.isfinite(second.max_rel_error) if not (blank or np.isfinite(first.max_rel_error)) \
-                else second.ok and second.message != ALL_ZERO:
+                else tested if blank else second.ok and tested:
             break
     else:
         return first
-    if blank:
-        return second
-    if not np.isfinite(first.max_rel_error):
+    if blank and first.message == ROUNDING or first.message == SINGULAR:
+        what = "the finite differences were λ's rounding noise" if blank else "the gradient met a singular matrix"
+        second.message = "; ".join(filter(None, [second.message, (
+            f"at {sizes_text(first.sizes)} {what}: products such as XᵀX are singular at some sizes")]))
+    if blank or not np.isfinite(first.max_rel_error):
         return second
     # failed at the first sizes and passed at the others: XᵀX of a wide X is singular, and
     # det(XᵀX) is 0 there whatever X is; a gradient that is wrong fails at both
@@ -389,19 +424,18 @@ def _gradient_check_at(sizes, value_function, gradient, wrt, user_shapes, symbol
         with np.errstate(all="ignore"):
             try:
                 err, n, msg = finite_difference_check(value_function, gradient, inputs,
-                                                      wrt, rng, symmetric=wrt in symmetric)
+                                                      wrt, rng, symmetric=wrt in symmetric, tol=tol)
             except np.linalg.LinAlgError:  # a singular matrix where the gradient inverts it
                 singular += 1
                 continue
-        if msg == "zero" and zero_draws < 8:  # all zero here (every relu off?): draw again
+        if msg in ("zero", "noise") and zero_draws < 8:  # all zero here (every relu off?): draw again
             zero_draws += 1
             continue
         worst, total, used = max(worst, err), total + n, used + 1
-        if msg == "zero":
-            msg = ALL_ZERO
+        msg = {"zero": ALL_ZERO, "noise": ROUNDING}.get(msg, msg)
         note = note or msg
     if used == 0:
-        why = ("the gradient met a singular matrix on every draw where λ was finite" if singular
+        why = (SINGULAR if singular
                else "λ was not finite on any random draw; say where to draw its inputs: "
                "d.check(domain={...}) in Python")
         return CheckReport(False, float("inf"), tol, sizes, domains, 0, 0, why)
