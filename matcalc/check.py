@@ -331,8 +331,7 @@ def over_size_choices(user_shapes: dict, fixed, run, inverts: bool = True) -> Ch
         # a pass here counts where it tested something (not zeros everywhere); after a first that
         # tested nothing, so does a failure
         tested = np.isfinite(second.max_rel_error) and second.message not in (ALL_ZERO, ROUNDING)
-        if np.isfinite(second.max_rel_error) if not (blank or np.isfinite(first.max_rel_error)) \
-                else tested if blank else second.ok and tested:
+        if tested and (second.ok or blank or not np.isfinite(first.max_rel_error)):
             break
     else:
         return first
@@ -352,11 +351,15 @@ def over_size_choices(user_shapes: dict, fixed, run, inverts: bool = True) -> Ch
 
 def _other_sizes(dims, fixed, tried, most: int = RETRIES):
     """Up to ``most`` other ways to hand out the sizes: the names in reverse order, then
-    other orders (AXB of A n×p, X p×m, B m×n is singular unless n is the smallest)."""
+    other orders (AXB of A n×p, X p×m, B m×n is singular unless n is the smallest), or for a
+    single free name other sizes."""
     free = [d for d in dims if d not in (fixed or {})]
     values = [tried[d] for d in free]  # (the sizes themselves change hands: m is large in any order)
     seen = [tried]
-    for order in itertools.chain([values[::-1]], itertools.permutations(values)):
+    # one free size has no other order: other values of it (X 3×m with m fixed… or d fixed at 3:
+    # XᵀX is singular for every m > 3), sizes the fixed ones do not have first
+    others = [[v] for v in sorted((2, 3, 4, 5, 6), key=lambda v: v in (fixed or {}).values())] if len(free) == 1 else []
+    for order in itertools.chain([values[::-1]], itertools.permutations(values), others):
         sizes = dict(tried, **dict(zip(free, order)))
         if sizes not in seen:
             seen.append(sizes)

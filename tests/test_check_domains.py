@@ -158,6 +158,15 @@ def test_sizes_change_hands_when_the_names_fix_their_order(expr):
     assert exact.ok and exact.sizes["d"] > exact.sizes["m"], exact.message
 
 
+@pytest.mark.parametrize("expr", ["logdet(X.T@X)", "tr(inv(X.T@X))"])
+def test_the_numerical_check_tries_other_values_of_one_free_size(expr):
+    # with d fixed at 3 there is no other order, and XᵀX is singular for every m > 3: it FAILED
+    # (logdet) or could not be made (inv)
+    d = matcalc.derive(expr, wrt="X", shapes={"X": ("d", "m")})
+    report = d.check(sizes={"d": 3})
+    assert report.ok and report.sizes["d"] == 3 and report.sizes["m"] < 3 and report.max_rel_error < 1e-6
+
+
 def test_the_exact_check_tries_other_values_of_one_free_size():
     # with m fixed there is no other order: d = 2 made X wide, XᵀX singular for every value
     d = matcalc.derive("logdet(X.T@X)", wrt="X", shapes={"X": ("d", "m")})
