@@ -618,7 +618,8 @@ class Jacobian(_LinearMap):
     kind = "jacobian"
     product = "jvp"
 
-    def __init__(self, expr, typed, wrt, primal, raw, linear, rules, user_names):
+    def __init__(self, expr, typed, wrt, primal, raw, linear, rules, user_names, symmetric=()):
+        self.symmetric = tuple(symmetric)  # (before the steps: their vec form prints with it)
         self._setup(expr, typed, wrt, primal, linear, user_names)
         self.F = primal
         self._suffix = wrt
@@ -1037,17 +1038,24 @@ def _compare(m, f, inputs, wrt, rng, h=1e-6, max_cols=24):
 # ------------------------------------------------------------------ the API
 
 def jacobian(expr: str, wrt, shapes: dict | None = None, definitions: dict | None = None,
-             where: dict | None = None, *, syntax: str = "matcalc"):
+             where: dict | None = None, *, syntax: str = "matcalc", symmetric=None):
     """dF = J[dW] for the (vector- or matrix-valued) ``expr`` and ``wrt`` (a name or a list):
     a Jacobian, or a dict name -> Jacobian.  ``expr`` may be a SymPy matrix expression, as
     for ``derive``.  A scalar ``expr`` gives the 1×N Jacobian, the
     transpose of the gradient, with a NotationWarning.  ``syntax="matlab"`` reads the question
-    in matrixcalculus.org's language; results print in matcalc's."""
+    in matrixcalculus.org's language; results print in matcalc's.  ``symmetric`` names
+    symmetric matrices, as for ``hessian``: the Jacobian in a symmetric S is the one along
+    symmetric dS, J[dS] = J[sym(dS)] (so its dense matrix is J P, P vec(dS) = vec(sym(dS)))."""
+    from .api import _use_symmetry, symmetric_names
+
     if definitions is not None and where is not None:
         raise DeriveError("give definitions= or where=, not both")
     definitions = definitions if definitions is not None else where
     expr, wrt, shapes = as_text(expr, wrt, shapes)
-    typed = _as_variable(_typed_any(expr, shapes, definitions, syntax), wrt)
+    symmetric = symmetric_names(symmetric)
+    typed = _as_variable(_typed_any(expr, shapes, definitions, syntax, symmetric), wrt)
+    if symmetric:
+        typed = _use_symmetry(typed, symmetric)
     if typed.expr.shape == ir.SCALAR:
         warnings.warn(NotationWarning(
             "the expression is a scalar: its Jacobian is the 1×N row, the transpose of the "
@@ -1055,19 +1063,34 @@ def jacobian(expr: str, wrt, shapes: dict | None = None, definitions: dict | Non
     if isinstance(wrt, (list, tuple)):
         if not wrt:
             raise DeriveError("wrt is empty: name at least one symbol")
-        return {w: _jacobian_one(expr, typed, w) for w in wrt}
-    return _jacobian_one(expr, typed, wrt)
+        return {w: _jacobian_one(expr, typed, w, symmetric) for w in wrt}
+    return _jacobian_one(expr, typed, wrt, symmetric)
 
 
-def _jacobian_one(expr, typed, wrt) -> Jacobian:
+def _jacobian_one(expr, typed, wrt, symmetric=()) -> Jacobian:
     _check_wrt(typed, wrt)
     primal = stabilize(typed.expr)
     user_names = {node: name for name, node in (typed.definitions or {}).items()}
     raw, rules, _ = differential(primal, wrt)
+    raw, rules, linear = _along_symmetric(raw, rules, wrt, typed, symmetric, "J")
+    return Jacobian(expr, typed, wrt, primal, raw, linear, rules, user_names, symmetric)
+
+
+def _along_symmetric(raw, rules, w, typed, symmetric, name):
+    """(raw, rules, linear) of a linear map in dW (None where it is 0): along symmetric dS only
+    where W is a symmetric S, dS through sym(dS) (name: H or J, for the rule it cites)."""
+    if raw is not None and w in symmetric:
+        dS = ir.delta(w, typed.symbols[w].shape)
+        raw = substitute(raw, dS, ir.mul(ir.const(0.5), ir.add(dS, ir.T(dS))))
+        rules = list(rules) + [f"d{w} symmetric: {name}[d{w}] = {name}[sym(d{w})], sym(d{w}) = (d{w} + d{w}ᵀ)/2"]
     linear = None if raw is None else settle(raw)
+    if linear is not None and symmetric:
+        from .symmetric import use_symmetry
+
+        linear = settle(use_symmetry(linear, symmetric))  # (0.5*(0.5*A + 0.5*B) read as it was)
     if linear is not None and linear.op == "const" and linear.attr == 0.0:
         linear = None
-    return Jacobian(expr, typed, wrt, primal, raw, linear, rules, user_names)
+    return raw, rules, linear
 
 
 def hessian(expr: str, wrt, shapes: dict | None = None, definitions: dict | None = None,
@@ -1114,18 +1137,7 @@ def _hessian_block(d, wj, typed, symmetric=()) -> Hessian:
         raw, rules, _ = differential(d.gradient, wj)
     except KeyError as e:  # an operator without a differential rule in the gradient
         raise DeriveError(f"cannot differentiate the gradient {d.text} again: no rule for {e}") from None
-    if raw is not None and wj in symmetric:  # along symmetric dS only: dS through sym(dS)
-        dS = ir.delta(wj, typed.symbols[wj].shape)
-        half = ir.mul(ir.const(0.5), ir.add(dS, ir.T(dS)))
-        raw = substitute(raw, dS, half)
-        rules = list(rules) + [f"d{wj} symmetric: H[d{wj}] = H[sym(d{wj})], sym(d{wj}) = (d{wj} + d{wj}ᵀ)/2"]
-    linear = None if raw is None else settle(raw)
-    if linear is not None and symmetric:
-        from .symmetric import use_symmetry
-
-        linear = settle(use_symmetry(linear, symmetric))  # (0.5*(0.5*A + 0.5*B) read as it was)
-    if linear is not None and linear.op == "const" and linear.attr == 0.0:
-        linear = None
+    raw, rules, linear = _along_symmetric(raw, rules, wj, typed, symmetric, "H")
     return Hessian(d, wj, typed, raw, linear, rules, symmetric)
 
 
@@ -1167,10 +1179,10 @@ def add_cli_parsers(sub) -> None:
                        help="the dense matrix at numbers: a number or a nested list per symbol, "
                             "e.g. --at x=[1,2] --at A=[[1,0],[0,1]]")
         p.add_argument("--json", action="store_true", help="print one JSON object per variable (block)")
-        if name == "hessian":
-            p.add_argument("--sym", action="append", default=[], metavar="NAME",
-                           help="NAME is a symmetric matrix: the gradient is sym(G) and its block is "
-                                "the Hessian along symmetric dNAME (repeat for several)")
+        p.add_argument("--sym", action="append", default=[], metavar="NAME",
+                       help="NAME is a symmetric matrix: " + ("the gradient is sym(G) and its block is the Hessian"
+                                                              if name == "hessian" else "the Jacobian is the one")
+                       + " along symmetric dNAME (repeat for several)")
 
 
 def compute(kind: str, expr: str, wrt: list, shapes: dict, definitions, emit: bool = True,

@@ -181,6 +181,32 @@ def test_the_hessian_in_a_symmetric_matrix():
     assert r.returncode == 0 and out["symmetric"] == ["S"] and out["check"]["ok"], r.stderr
 
 
+def test_the_jacobian_in_a_symmetric_matrix():
+    # jacobian had no symmetric= (a TypeError; --sym a usage error): along symmetric dS the
+    # Jacobian of S⁻¹x is dS ↦ -S⁻¹ dS S⁻¹x, and its dense matrix is J P, P = (I + K)/2
+    x = rng.standard_normal(n)
+    J = matcalc.jacobian("inv(S)@x", "S", symmetric=["S"])
+    Si = np.linalg.inv(S)
+    V = rng.standard_normal((n, n))
+    V = V + V.T
+    h = 1e-6
+    fd = (np.linalg.inv(S + h * V) @ x - np.linalg.inv(S - h * V) @ x) / (2 * h)
+    np.testing.assert_allclose(J.jvp(V, S=S, x=x), fd, rtol=1e-6)
+    K = np.eye(n * n)[[n * (k % n) + k // n for k in range(n * n)]]
+    P = (np.eye(n * n) + K) / 2
+    np.testing.assert_allclose(J.matrix(S=S, x=x), -np.kron(x @ Si.T, Si) @ P, rtol=1e-10, atol=1e-14)
+    assert J.check().ok
+    # the Jacobian that ignores the symmetry is not the one along symmetric dS: its check fails there
+    plain = matcalc.jacobian("S@S@A", "S", shapes={"S": ("n", "n"), "A": ("n", "n")})
+    plain.symmetric = ("S",)
+    assert not plain.check().ok
+    assert matcalc.jacobian("S@S@A", "S", symmetric=["S"]).check().ok
+    r = subprocess.run([sys.executable, "-m", "matcalc", "jacobian", "inv(S)@x", "--wrt", "S", "--sym", "S",
+                        "--json", "--check"], capture_output=True, text=True)
+    out = json.loads(r.stdout.splitlines()[0])
+    assert r.returncode == 0 and out["symmetric"] == ["S"] and out["check"]["ok"], r.stderr
+
+
 def test_the_symmetric_note_names_the_matrix():
     # it said "only symmetric dS exist" whatever the matrix was called
     d = matcalc.derive("logdet(K) - tr(K@A)", "K", symmetric=["K"])
