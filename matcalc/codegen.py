@@ -116,13 +116,15 @@ class Emitter:
     def dim(self, d) -> str:
         if isinstance(d, int):
             return str(d)
-        if d not in self.dim_source and "*" in d:  # a product dimension: the product of its sizes
-            return "(" + " * ".join(self.dim(f) for f in ir.dim_factors(d)) + ")"
-        if d not in self.dims_needed:
-            home, rest = ir.dim_home(d, self.dim_source)  # (n only in C's n*p rows: C's rows / p)
-            pname, axis = self.dim_source[home]
-            read = f"{pname}.shape[{axis}]" + ("" if rest == 1 else f" // {self.dim(rest)}")
-            self.dims_needed[d] = (f"dim_{self.dim_py[d]}", read)
+        if d in self.dims_needed:
+            return self.dims_needed[d][0]
+        reads = {k: f"{p}.shape[{axis}]" for k, (p, axis) in self.dim_source.items()}
+        if "*" in d and d not in self.dim_source:  # a product: of its factors' sizes, or read whole
+            if all(isinstance(f, int) or ir.size_expr(f, reads) is not None for f in ir.dim_factors(d)):
+                return "(" + " * ".join(self.dim(f) for f in ir.dim_factors(d)) + ")"
+            return size_code(d, reads)
+        # (n only in C's n*p rows: C's rows // p)
+        self.dims_needed[d] = (f"dim_{self.dim_py[d]}", size_code(d, reads))
         return self.dims_needed[d][0]
 
     def shape_src(self, shape) -> str:
@@ -509,14 +511,20 @@ def function_source(fname: str, outputs: list[Expr], param_names: list[str], sym
 
 
 def dim_lines(em, text: str) -> list:
-    """The lines reading the sizes that ``text`` uses (one size may be read through another);
-    a size nothing uses is never read (a summed array of ones is never built)."""
-    lines, used = [], text
-    for dname, read in reversed(list(em.dims_needed.values())):
-        if re.search(rf"\b{dname}\b", used):
-            lines.append(f"    {dname} = {read}")
-            used += "\n" + read
-    return lines[::-1]
+    """The lines reading the sizes that ``text`` uses (a size nothing uses is never read: a
+    summed array of ones is never built)."""
+    return [f"    {dname} = {read}" for dname, read in em.dims_needed.values() if re.search(rf"\b{dname}\b", text)]
+
+
+def size_code(d, reads: dict) -> str:
+    """The code reading the size d from the arguments' shapes (ir.size_expr), or a refusal."""
+    code = ir.size_expr(d, reads)
+    if code is None:
+        from .errors import DeriveError
+
+        raise DeriveError(f"the size {d} cannot be read from the arguments' shapes (only products that hold it "
+                          "can): declare the shapes with it (shapes= or --shape)")
+    return code
 
 
 def host_number(n: Expr) -> bool:

@@ -221,16 +221,25 @@ def dim_div(a, b):
     return dim_mul(k, "*".join(sorted(names))) if names else k
 
 
-def dim_home(d, sources: dict):
-    """(s, rest) for a dimension s of ``sources`` (dimension -> where it is read) with
-    s = d·rest: d itself (rest 1), else a product holding d whose other factors are sources
-    themselves (n read as size('n*p') / p); None where no source holds d so."""
-    if d in sources:
-        return d, 1
-    for s in sources:
-        if isinstance(s, str) and "*" in s and (rest := dim_div(s, d)) is not None \
-                and all(isinstance(f, int) or f in sources for f in dim_factors(rest)):
-            return s, rest
+def size_expr(d, read: dict, div=lambda a, b: f"({a} // {b})", mul=lambda parts: "(" + " * ".join(parts) + ")",
+              lit=str):
+    """How to compute the size d from the sizes that can be read (``read``: dimension -> its
+    reading, W.shape[0], size(W, 0) or a number), combined with ``div``, ``mul`` and ``lit``
+    (of an integer factor): d itself, a product of its factors, or a product that holds d
+    divided by the rest (n of C's n*p rows: C's rows // p); None where no such reading exists.
+    As code by default; size_expr(d, sizes, operator.floordiv, math.prod, int) is the number."""
+    if isinstance(d, int):
+        return lit(d)
+    if d in read:
+        return read[d]
+    if "*" in d:
+        parts = [size_expr(f, read, div, mul, lit) for f in dim_factors(d)]
+        if not any(p is None for p in parts):
+            return mul(parts)
+    for s in read:
+        if isinstance(s, str) and "*" in s and (rest := dim_div(s, d)) not in (None, 1) and (
+                rest in read or all(isinstance(f, int) or f in read for f in dim_factors(rest))):
+            return div(read[s], size_expr(rest, read, div, mul, lit))
     return None
 
 

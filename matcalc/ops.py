@@ -172,10 +172,10 @@ def _vec_rule(u, s, attr):
 
 def _unvec_rule(u, s, attr):
     """unvec(v, rows): the matrix whose columns, stacked, are v.  Built inside matcalc, attr
-    is that shape; as written, attr is the number of rows (a dimension)."""
+    is that shape; as written, attr is [the number of rows] (a dimension)."""
     if isinstance(attr, tuple):
         return attr
-    (n, c), rows = s[0], attr
+    (n, c), rows = s[0], attr[0]
     cols = u.div(n, rows) if u.one(c) else None
     if cols is None:
         u.fail(f"unvec(v, rows) needs a vector v whose length is a multiple of rows, but {u.what(0)} "
@@ -194,10 +194,20 @@ def _matrix_power_rule(u, s, attr):
     return s[0]
 
 
+def _ones_rule(u, s, attr):
+    """ones(rows) a column of ones, ones(rows, cols) a matrix (sizes as unvec's rows): the
+    all-ones array where nothing beside it gives 1 its shape (kron(ones(2, 3), B))."""
+    if isinstance(attr, tuple):
+        return attr
+    if not attr:
+        u.fail("ones takes its rows, and its columns for a matrix: ones(size(X, 0), size(X, 1))")
+    return (attr[0], attr[1] if len(attr) > 1 else 1)
+
+
 def _blocks_rule(u, s, attr):
     """kron_sum(C, A) and kron_blocks(C, B): C in blocks of the second argument's shape, one
     block per entry of the result (attr: that shape, where matcalc builds them)."""
-    if attr is not None:
+    if isinstance(attr, tuple):
         return attr
     (r, c), (p, q) = s
     shape = (u.div(r, p), u.div(c, q))
@@ -867,10 +877,13 @@ register(Op("vec", _vec_rule, jvp=_jvp_linear, view=True, rule="d vec(X) = vec(d
             torch=_fw_vec, jax=_fw_vec))
 register(Op("unvec", _unvec_rule, view=True, jvp=lambda e, d: None if d[0] is None else _ir().func("unvec", d[0], attr=e.shape),
             rule="d vec⁻¹(v) = vec⁻¹(dv)", params=("rows",), shape_attr=True, scalar_form=lambda a, attr: a,
-            text=lambda p, e: f"unvec({p.p(e.args[0])[0]}, {p.dim(e.shape[0])})",
+            text=lambda p, e: f"unvec({p.arg(e.args[0])}, {p.dim(e.shape[0])})",
             transpose=lambda n, c, lin: ([(0, _ir().func("vec", c))], "frob_unvec"), vec=_vec_form_rule("unvec"),
             numpy=_np_unvec, latex="\\operatorname{vec}^{-1}",
             torch=_fw_unvec, jax=_fw_unvec))
+# an array of ones of a given size (not an IR operator: typing builds it as the constant 1)
+register(Op("ones", _ones_rule, nargs=0, params=("rows", "cols"), params_optional=True, shape_attr=True,
+            jvp=lambda e, d: None, rule="d ones(n, m) = 0", latex="\\mathbf{1}"))
 register(Op("kron_blocks", _blocks_rule, nargs=2, transpose=_t_kron_blocks, shape_attr=True,
             jvp=lambda e, d: _sum_opt([d[0] and _ir().func("kron_blocks", d[0], e.args[1], attr=e.shape),
                                        d[1] and _ir().func("kron_blocks", e.args[0], d[1], attr=e.shape)]),

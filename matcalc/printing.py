@@ -244,27 +244,34 @@ class TextPrinter:
             return f"{self.wrap(e.args[0], POST)}.T", POST
         if op == "dim":
             t = self.dim(e.attr)
-            return (f"({t})" if "/" in t else t), ATOM
+            return (f"({t})" if "/" in t or "*" in t else t), ATOM
         spec = REGISTRY[op]
         if spec.text is not None:
             return spec.text(self, e), ATOM
-        args = [self.p(a)[0] for a in e.args]
+        args = [self.arg(a) for a in e.args]
         if e.attr is not None and not isinstance(e.attr, tuple):
             args.append(str(e.attr))
         return f"{op}({', '.join(args)})", ATOM
 
+    def arg(self, e: Expr) -> str:
+        """A function's argument: an array of one number as c*ones(rows, cols), and the identity
+        as Diag(ones(n)), since nothing beside them would give a bare 1 or I its shape
+        (kron(ones(2, 3), B), not kron(1, B))."""
+        if e.op == "eye" and e not in self.names:
+            return f"Diag(ones({self.dim(e.shape[0])}))"
+        if e.op != "const" or e.shape == SCALAR or e in self.names:
+            return self.p(e)[0]
+        r, c = e.shape
+        ones = f"ones({self.dim(r)})" if c == 1 else f"ones({self.dim(r)}, {self.dim(c)})"
+        return ones if e.attr == 1.0 else f"{self.p(ir.const(e.attr))[0]}*{ones}"
+
     def dim(self, d) -> str:
         """A dimension's size as matcalc text: size(x, 0) of a symbol that has it, a number,
         or a product of them (the length of vec(X))."""
-        if isinstance(d, int):
-            return str(d)
-        if "*" in d and d not in self.dims:
-            return "*".join(self.dim(f) for f in ir.dim_factors(d))
-        home = ir.dim_home(d, self.dims)
-        if home is None:
-            return f"size({d})"
-        name, axis = self.dims[home[0]]
-        return f"size({name}, {axis})" + ("" if home[1] == 1 else "/" + self.dim(home[1]))
+        text = ir.size_expr(d, {k: f"size({name}, {axis})" for k, (name, axis) in self.dims.items()},
+                            lambda a, b: f"{a}/({b})" if "*" in b else f"{a}/{b}",
+                            lambda parts: "*".join(f"({p})" if "/" in p else p for p in parts))
+        return f"size({d})" if text is None else text
 
 
 def _minus(s: str) -> str:

@@ -393,7 +393,7 @@ class _LinearMap:
     @cached_property
     def numpy_source(self) -> str:
         """One standalone NumPy module: the product, the transposed product and the dense matrix."""
-        from .codegen import function_source, module_source, np_shape, sanitize
+        from .codegen import function_source, module_source, np_shape, sanitize, size_code
         from .vecform import HELPERS as VHELPERS
 
         names = self._fnames
@@ -414,10 +414,8 @@ class _LinearMap:
                 if isinstance(d, str):
                     dim_src.setdefault(d, f"{py[name]}.shape[{axis}]")
 
-        def dim(d):
-            if not isinstance(d, int) and d not in dim_src and "*" in d:  # a product dimension
-                return "(" + " * ".join(dim(f) for f in ir.dim_factors(d)) + ")"
-            return str(d) if isinstance(d, int) else dim_src[d]
+        def dim(d):  # (a product dimension: of its factors' sizes, or read whole)
+            return size_code(d, dim_src)
 
         def shape_code(shape):
             ds = [dim(d) for d in np_shape(shape)]
@@ -727,13 +725,15 @@ class Jacobian(_LinearMap):
 
 
 def _dim_size(d, sizes):
-    """The size of a dimension from the sizes of named ones (a product dimension 'a*c' too)."""
-    if d not in sizes and "*" in d:
-        out = 1
-        for f in ir.dim_factors(d):
-            out *= f if isinstance(f, int) else _dim_size(f, sizes)
-        return out
-    return sizes[d]
+    """The size of a dimension from the sizes of named ones (a product dimension 'a*c' too, a
+    factor of one: ir.size_expr); KeyError where they do not give it."""
+    import math
+    import operator
+
+    n = ir.size_expr(d, sizes, operator.floordiv, math.prod, int)
+    if n is None:
+        raise KeyError(d)
+    return n
 
 
 def _delta_count(e, dW) -> int:

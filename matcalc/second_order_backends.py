@@ -184,7 +184,7 @@ def module_source(m, backend: str, vmap: bool = False) -> str:
     from .backends import function_source as fw_source
     from .backends import module_source as fw_module
     from .backends import squeeze_lines
-    from .codegen import np_shape, sanitize, unit_params
+    from .codegen import np_shape, sanitize, size_code, unit_params
     from .second_order import Jacobian, substitute
     from .simplify import simplify
 
@@ -230,12 +230,8 @@ def module_source(m, backend: str, vmap: bool = False) -> str:
             if isinstance(dd, str):
                 dim_src.setdefault(dd, f"{py[name]}.shape[{axis}]")
 
-    def dim(dd):
-        if isinstance(dd, int):
-            return str(dd)
-        if dd not in dim_src and "*" in dd:  # a product dimension (kron, vec): the product of its sizes
-            return "(" + " * ".join(dim(f) for f in ir.dim_factors(dd)) + ")"
-        return dim_src[dd]
+    def dim(dd):  # (a product dimension (kron, vec): of its factors' sizes, or read whole)
+        return size_code(dd, dim_src)
 
     def shape_code(shape):
         ds = [dim(dd) for dd in np_shape(shape)]

@@ -46,12 +46,11 @@ _SPELLED = {"solve": "write inv(A)@B: matcalc computes it as a solve", "log_soft
             "max": "max(0, z) is relu(z), max(x, y) is relu(x - y) + y",
             "min": "min(0, z) is -relu(-z), min(x, y) is x - relu(x - y)",
             "minimum": "write x - relu(x - y)", "pow": "write x**k", "power": "write x**k",
-            "inner": "write x.T@y or x:y", "matmul": "write A@B", "ones": "a 1 beside +, - or : is the "
-            "all-ones array of the other side's shape (x - 1, 1:X)", "var": "write mean((x - mean(x))**2)",
+            "inner": "write x.T@y or x:y", "matmul": "write A@B", "var": "write mean((x - mean(x))**2)",
             "σ": "write sigmoid(z)", "cross_entropy": "write -y:log(softmax(z))", "clip": "matcalc has "
             "no clip; relu(x) clips at 0", "eye": "the identity is I (or eye), without a size: it takes "
             "its size from what it meets (I + X@X.T, W@I)", "identity": "the identity is I, sized by what it meets",
-            "zeros": "write 0 (beside +, - or : it takes the other side's shape)",
+            "zeros": "write 0 (beside +, - or : it takes the other side's shape), or 0*ones(rows, cols)",
             "expm": "matcalc has no matrix exponential; exp(X) is entry by entry",
             "logm": "matcalc has no matrix logarithm; log(X) is entry by entry (logdet(X) = tr(logm(X)))",
             "sqrtm": "matcalc has no matrix square root; sqrt(X) is entry by entry",
@@ -811,23 +810,30 @@ class _Typer:
         if not least <= given <= op.arity:
             words = {1: "one argument", 2: "two arguments", 3: "three arguments"}
             want = words.get(op.nargs, f"{op.nargs} arguments")
-            if op.params:
+            if not op.nargs:  # ones(rows, cols)
+                want = f"{op.params[0]} and optionally {' and '.join(op.params[1:])}"
+            elif op.params:
                 want += (f" and optionally {' and '.join(op.params)}" if op.params_optional
                          else f" and {' and '.join(op.params)}")
             self.fail(n, f"{n.value} takes {want}, got {words.get(given, f'{given} arguments')}")
         attr = None
         for p, arg in zip(op.params, n.children[op.nargs:]):
-            attr = self.dimension(arg) if op.shape_attr else self.integer(arg, f"the {p} of {n.value}")
+            attr = self.integer(arg, f"the {p} of {n.value}") if not op.shape_attr else None
+        if op.shape_attr:  # sizes (unvec's rows, ones'): as written, a list
+            attr = [self.dimension(arg) for arg in n.children[op.nargs:]]
         self.attrs[id(n)] = attr
         return op.shape(_CallUnifier(self, n, name, kid), kid[:op.nargs], attr)
 
     def dimension(self, node: Node):
-        """A size parameter (unvec(v, rows)): a whole number, size(X, axis), or a product of them."""
+        """A size parameter (unvec(v, rows), ones(rows, cols)): a whole number, size(X, axis), or
+        products and quotients of them."""
         if node.kind == "num" and float(node.value).is_integer() and 0 < node.value <= 10 ** 6:
             return int(node.value)
         if node.kind == "call" and node.value == "size" and len(node.children) == 2:
             axis = self.attrs.get(id(node))
             return self.shape[id(node.children[0])][axis % 2]
+        if node.kind == "call" and node.value == "size" and len(node.children) == 1:  # its entries
+            return self.product(list(self.shape[id(node.children[0])]))
         if node.kind == "mul" and node.value == "*":
             return self.product([self.dimension(c) for c in node.children])
         if node.kind == "mul" and node.value == "/":  # size(C, 0)/size(B, 0): C's rows in blocks of B's
@@ -835,7 +841,7 @@ class _Typer:
             q = None if isinstance(a, (Var, Prod)) or isinstance(b, (Var, Prod)) else ir.dim_div(a, b)
             if q is not None:
                 return q
-        self.fail(node, f"the rows of unvec must be a size: a whole number, size(X, axis), or products and "
+        self.fail(node, f"a size must be a whole number, size(X, axis), or products and "
                         f"quotients of them, got {self.text(node)}")
 
     def integer(self, node: Node, what: str) -> int:
@@ -941,7 +947,8 @@ class _Typer:
                 shape = args[0].shape
                 return ops.count(shape) if attr is None else ir.dim(shape[attr % 2])
             if op.shape_attr:  # unvec(v, rows), kron_sum(C, A): the IR holds the shape worked out
-                return ir.func(name, *args[:op.nargs], attr=tuple(self.resolve(d) for d in self.shape[id(n)]))
+                shape = tuple(self.resolve(d) for d in self.shape[id(n)])
+                return ir.const(1.0, shape) if name == "ones" else ir.func(name, *args[:op.nargs], attr=shape)
             if name in ("sum", "mean", "logsumexp") and attr is not None and args[0].shape[attr % 2] == 1:
                 return args[0]  # along an axis of length 1 (sum(c, 1) of a column c): each entry alone
             return ir.func(op.name, *args[:op.nargs], attr=None if attr is None else

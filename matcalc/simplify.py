@@ -552,6 +552,11 @@ def s_mul(*fs: Expr) -> Expr:
     if len(arrays) > 1 and all(f.op == "vec" and f.args[0].shape == arrays[0].args[0].shape for f in arrays):
         # vec(A)∘vec(B) = vec(A∘B), entry by entry
         return s_mul(*[f for f in flat if f.shape == SCALAR], s_func("vec", s_mul(*[f.args[0] for f in arrays])))
+    if len(arrays) == 2 and all(f.op == "kron" for f in arrays) \
+            and all(p.shape == q.shape for p, q in zip(arrays[0].args, arrays[1].args)):
+        # (P⊗Q)∘(R⊗S) = (P∘R)⊗(Q∘S) for P, R and Q, S of one shape
+        return s_mul(*[f for f in flat if f.shape == SCALAR],
+                     s_func("kron", *(s_mul(p, q) for p, q in zip(arrays[0].args, arrays[1].args))))
     c = 1.0
     rest, denominators = [], []
     for f in flat:
@@ -1176,6 +1181,23 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
     op = REGISTRY[name]
     if more and name == "kron" and a.op == "eye" and more[0].op == "eye":  # I⊗I = I
         return ir.eye(ir.dim_mul(a.shape[0], more[0].shape[0]))
+    if more and name in ("kron", "kron_sum", "kron_blocks") and (is_zero(a) or is_zero(more[0])):
+        return const(0.0, ir.func(name, a, *more, attr=attr).shape)  # bilinear: 0 with a zero argument
+    if more and name == "kron" and SCALAR in (a.shape, more[0].shape):  # β⊗B = B⊗β = βB
+        return s_mul(a, more[0])
+    if more and name in ("kron_sum", "kron_blocks") and more[0].shape == SCALAR:  # blocks of 1×1: entries
+        return s_mul(a, more[0])
+    if more and name in ("kron_sum", "kron_blocks") and a.shape == more[0].shape:  # one block: C:A
+        return s_frob(a, more[0])
+    if more and name == "kron" and (a.op == "const") != (more[0].op == "const"):
+        # c1⊗B = 1⊗(cB) and B⊗c1 = (cB)⊗1: the number moves to the other factor
+        first = a.op == "const"
+        k, B = (a, more[0]) if first else (more[0], a)
+        if k.attr != 1.0:
+            B, k = s_mul(const(k.attr), B), const(1.0, k.shape)
+            return ir.func("kron", k, B) if first else ir.func("kron", B, k)
+    if more and name == "kron" and a.op == "const" and more[0].op == "const":
+        return const(a.attr * more[0].attr, ir.func(name, a, *more).shape)
     if more and name in ("kron_sum", "kron_blocks"):
         folded = _fold_blocks(name, a, more[0], attr)
         if folded is not None:
@@ -1191,6 +1213,11 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
             pass
     if op.elementwise and a.op == "vec":  # f(vec(X)) = vec(f(X)), entry by entry
         return s_func("vec", s_func(name, a.args[0]))
+    if op.elementwise and a.op == "kron" and any(f.op == "const" and f.attr == 1.0 for f in a.args):
+        # f(1⊗B) = 1⊗f(B) and f(B⊗1) = f(B)⊗1: the entries of 1⊗B are B's
+        return ir.func("kron", *(f if f.op == "const" else s_func(name, f) for f in a.args))
+    if name == "vec" and a.op == "const":  # vec(c1) = c1
+        return const(a.attr, (ir.dim_mul(a.shape[0], a.shape[1]), 1))
     beta = _spread_number(a) if op.elementwise else None
     if beta is not None:  # f(β1) = f(β)1, so that sum(f(β1)) is the count times f(β)
         return s_mul(s_func(name, beta), const(1.0, a.shape))
@@ -1247,6 +1274,8 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
         return s_func("sum", a.args[0])
     if name == "sum" and attr is not None and a.op == "T" and a.shape[0] != 1 and a.shape[1] != 1:
         return s_T(s_func("sum", a.args[0], attr=1 - attr))  # sum(Aᵀ, 1) = sum(A, 0)ᵀ
+    if name in ("sum", "mean", "logsumexp") and attr is not None and a.shape[attr] == 1:
+        return a  # along an axis of length 1 (sum(r, 0) of a row r): each entry alone
     if name == "sum" and a.op == "kron":  # sums of A⊗B: sum(A) sum(B), and along an axis A's ⊗ B's
         A, B = a.args
         if attr is None:
@@ -1363,6 +1392,8 @@ def _unvec(v: Expr, shape):
 def _unvec_one(v: Expr, shape):
     if v.op == "vec" and v.args[0].shape == shape:
         return v.args[0]
+    if 1 in shape:  # unvec(u, 1) = uᵀ, unvec(u, size(u, 0)) = u
+        return v if shape[1] == 1 else s_T(v)
     if v.op == "const":  # unvec(c1) = c1 of the matrix's shape
         return const(v.attr, shape)
     if v.op == "T" and v.args[0].op == "kron":  # (p ⊗ q)ᵀ = pᵀ ⊗ qᵀ

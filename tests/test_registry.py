@@ -94,6 +94,8 @@ CASES = [
     ("sum(exp(unvec(v, size(X, 0)))*X)", {"v": ("a*b",), "X": ("a", "b")},
      lambda v, X: np.sum(np.exp(_unvec(v, X.shape[0])) * X)),
     ("sum(unvec(v, 2)@X)", {"v": (12,), "X": (6, 4)}, lambda v, X: np.sum(_unvec(v, 2) @ X)),
+    ("x:ones(size(x, 0)) + C:kron(ones(size(x, 0), size(B, 1)), B)", {"x": ("a",), "B": ("c", "d"), "C": ("a*c", "d*d")},
+     lambda x, B, C: np.sum(x) + np.sum(C * np.kron(np.ones((len(x), B.shape[1])), B))),
     ("vec(X):y", {"X": ("a", "b")}, None),  # y's length is a·b: its oracle below
     ("sum(vec(X@B)**2)", {"X": ("a", "b"), "B": ("b", "c")}, lambda X, B: np.sum((X @ B) ** 2)),
     ("tr(matrix_power(X, 3)@A)", {"X": ("a", "a"), "A": ("a", "a")},
@@ -110,7 +112,7 @@ CASES = [
     ("softmax(A@x):y + logsumexp(A@x)", {"A": ("a", "b"), "x": ("b",), "y": ("a",)},
      lambda A, x, y: _softmax(A @ x, 0) @ y + float(_lse(A @ x))),
 ]
-COVERED = {"sum", "mean", "softmax", "logsumexp", "kron", "kron_sum", "kron_blocks", "vec", "unvec", "matrix_power", "size", "tr", "Diag",
+COVERED = {"sum", "mean", "softmax", "logsumexp", "kron", "kron_sum", "kron_blocks", "vec", "unvec", "ones", "matrix_power", "size", "tr", "Diag",
            "diag", "det", "logdet", "inv", "norm2", "norm1"}
 
 
@@ -145,7 +147,8 @@ def test_every_entry_is_complete():
         assert op.name and op.nargs >= 0, op
         if op.user:
             assert op.shape is not None and op.jvp is not None and op.rule, op.name
-            assert op.numpy is not None or op.name == "size", op.name
+            assert op.numpy is not None or op.name in ("size", "ones"), op.name  # (typing builds them as
+            # a dimension's size and the constant 1)
         if op.elementwise:
             assert op.derivative is not None and op.fold is not None and op.letter, op.name
             assert op.user, op.name
