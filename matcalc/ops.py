@@ -879,7 +879,8 @@ register(Op("unvec", _unvec_rule, view=True, jvp=lambda e, d: None if d[0] is No
             rule="d vec⁻¹(v) = vec⁻¹(dv)", params=("rows",), shape_attr=True, scalar_form=lambda a, attr: a,
             text=lambda p, e: f"unvec({p.arg(e.args[0])}, {p.dim(e.shape[0])})",
             transpose=lambda n, c, lin: ([(0, _ir().func("vec", c))], "frob_unvec"), vec=_vec_form_rule("unvec"),
-            numpy=_np_unvec, latex="\\operatorname{vec}^{-1}",
+            numpy=_np_unvec, latex=lambda p, e: (
+                f"\\operatorname{{vec}}^{{-1}}_{{{p.dim(e.shape[0])}}}\\left({p.p(e.args[0])[0]}\\right)", 7),
             torch=_fw_unvec, jax=_fw_unvec))
 # an array of ones of a given size (not an IR operator: typing builds it as the constant 1)
 register(Op("ones", _ones_rule, nargs=0, params=("rows", "cols"), params_optional=True, shape_attr=True,

@@ -387,6 +387,10 @@ class LatexPrinter(TextPrinter):
         super().__init__(names, dims)
         self.taken = taken  # the names the question's symbols typeset as
 
+    def dim(self, d) -> str:
+        """A dimension's size as LaTeX: its name (a product, its factors side by side)."""
+        return " ".join(tex_name(str(f)) for f in ir.dim_factors(d))
+
     def __call__(self, e: Expr) -> str:
         # a function whose LaTeX a symbol typesets as too (σ, the sigmoid, beside a symbol
         # sigma) is written out: sigmoid(x)
@@ -469,7 +473,7 @@ class LatexPrinter(TextPrinter):
                 return f"{self.wrap(a.args[0], ATOM)}^{{-\\top}}", POST
             return f"{self.wrap(a, ATOM)}^{{\\top}}", POST
         if op == "dim":
-            return " ".join(tex_name(str(f)) for f in ir.dim_factors(e.attr)), ATOM
+            return self.dim(e.attr), ATOM
         spec = REGISTRY[op]
         if callable(spec.latex):
             return spec.latex(self, e)

@@ -750,3 +750,11 @@ def test_second_order_maps_read_sizes_found_only_inside_products():
     H = matcalc.hessian("sum(unvec(u, size(x, 0))**3)", "u", shapes={"u": ("a*b",), "x": ("a",)})
     u, x, v = rng.standard_normal(dsize("a*b")), rng.standard_normal(dsize("a")), rng.standard_normal(dsize("a*b"))
     np.testing.assert_allclose(H.hvp(v, u=u, x=x), 6 * u * v, rtol=1e-12)
+
+
+def test_the_latex_of_unvec_says_its_rows():
+    # vec⁻¹ of a length-12 vector with 3 rows and with 4 typeset alike
+    latex = {rows: matcalc.derive(f"sum(exp(unvec(v, {rows}))@B)", "B", shapes={"v": (12,)}).latex for rows in (3, 4)}
+    assert "\\operatorname{vec}^{-1}_{3}" in latex[3] and "\\operatorname{vec}^{-1}_{4}" in latex[4]
+    d = matcalc.derive("sum(exp(kron(A, B)@x))", "A", shapes={"A": ("a", "b"), "B": ("c", "d")})
+    assert "\\operatorname{vec}^{-1}_{c}" in d.latex and "\\operatorname{vec}^{-1}_{d}" in d.latex
