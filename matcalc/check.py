@@ -227,16 +227,19 @@ def finite_difference_check(f, grad, inputs: dict, wrt: str, rng, h: float = 1e-
     if scale < 1e-12:
         return 0.0, len(fd), "zero"
     # central differences carry rounding noise of about eps·|λ|/h: no finer error is measurable
-    return _compare(np.max(np.abs(fd - an)), max(scale, 1e-4 * max(1.0, abs(at(base)))),
-                    _rounding_floor(at, base, h, tol), len(fd))
+    return _compare(np.max(np.abs(fd - an)), scale, 1e-4 * max(1.0, abs(at(base))),
+                    _rounding_floor(at, base, h, tol), tol, len(fd))
 
 
-def _compare(err: float, scale: float, floor: float, n: int):
-    """(err relative to scale, n, "noise" where λ's own rounding, floor, is larger than scale:
-    the differences measured nothing, as where everything is zero)."""
-    if floor > scale:
-        return float(err) / floor, n, "noise"
-    return float(err) / scale, n, ""
+def _compare(err: float, signal: float, floor: float, noise: float, tol: float, n: int):
+    """(err relative to the largest of signal, floor (eps·|λ|/h and a margin: the differences'
+    usual rounding) and noise (λ's measured rounding, _rounding_floor), n, ""), or
+    "unmeasurable" where that noise could hide an error of 1% of the gradient itself (λ a
+    difference of much larger terms, or det(AXB) ≡ 0 at sizes where AXB is singular): that
+    draw tested nothing."""
+    if noise * tol > 0.01 * signal:
+        return float("inf"), n, "unmeasurable"
+    return float(err) / max(signal, floor, noise), n, ""
 
 
 def _rounding_floor(at, base, h: float, tol: float, symmetric: bool = False) -> float:
@@ -285,14 +288,14 @@ def _symmetric_fd(f, G, inputs, wrt, base, rng, h, max_entries, directions, tol)
         return 0.0, len(fd), "zero"
     # G:V only sees G's symmetric part: the gradient must also be symmetric itself
     err = max(float(np.max(np.abs(fd - an))), float(np.max(np.abs(G - G.T))))
-    return _compare(err, max(scale, 1e-4 * max(1.0, abs(at(base)))),
-                    _rounding_floor(at, base, h, tol, symmetric=True), len(fd))
+    return _compare(err, scale, 1e-4 * max(1.0, abs(at(base))), _rounding_floor(at, base, h, tol, symmetric=True),
+                    tol, len(fd))
 
 
 ALL_ZERO = "the gradient and the finite differences were zero on every draw"
 SINGULAR = "the gradient met a singular matrix on every draw where λ was finite"
-ROUNDING = ("the finite differences were λ's rounding noise on every draw (λ is a difference of much larger "
-            "terms, or 0 whatever the inputs)")
+UNMEASURABLE = ("λ's finite differences were its rounding noise on every draw, too coarse to compare the gradient "
+                "with (λ a difference of much larger terms, or a determinant of a product singular at these sizes)")
 RETRIES = 5  # other size choices tried where the first gave no finite values (or, inverting, failed)
 
 
@@ -322,7 +325,7 @@ def over_size_choices(user_shapes: dict, fixed, run, inverts: bool = True) -> Ch
     first = at(choose_sizes(dims, fixed))
     # all zero where λ inverts: det(XᵀX) of a wide X is 0 for every X, which tests nothing; nor
     # do differences of λ's rounding noise (the inverse of a singular XᵀX)
-    blank = first.ok and inverts and first.message in (ALL_ZERO, ROUNDING)
+    blank = first.ok and inverts and first.message == ALL_ZERO
     if first.ok and not blank or (np.isfinite(first.max_rel_error) and not inverts):
         return first
     second = None
@@ -330,13 +333,14 @@ def over_size_choices(user_shapes: dict, fixed, run, inverts: bool = True) -> Ch
         second = at(other)
         # a pass here counts where it tested something (not zeros everywhere); after a first that
         # tested nothing, so does a failure
-        tested = np.isfinite(second.max_rel_error) and second.message not in (ALL_ZERO, ROUNDING)
+        tested = np.isfinite(second.max_rel_error) and second.message != ALL_ZERO
         if tested and (second.ok or blank or not np.isfinite(first.max_rel_error)):
             break
     else:
         return first
-    if blank and first.message == ROUNDING or first.message == SINGULAR:
-        what = "the finite differences were λ's rounding noise" if blank else "the gradient met a singular matrix"
+    if first.message in (UNMEASURABLE, SINGULAR):
+        what = ("the finite differences were λ's rounding noise" if first.message == UNMEASURABLE
+                else "the gradient met a singular matrix")
         second.message = "; ".join(filter(None, [second.message, (
             f"at {sizes_text(first.sizes)} {what}: products such as XᵀX are singular at some sizes")]))
     if blank or not np.isfinite(first.max_rel_error):
@@ -407,7 +411,7 @@ def _gradient_check_at(sizes, value_function, gradient, wrt, user_shapes, symbol
     # λ that only needs X invertible: det X < 0 on every other draw (det > 0 on the others)
     signed = [k for k, v in domains.items() if v == "invertible_signed" and k not in (domain or {})]
     rng = np.random.default_rng(seed)
-    worst, total, note, used, zero_draws, singular = 0.0, 0, "", 0, 0, 0
+    worst, total, note, used, zero_draws, singular, unmeasurable = 0.0, 0, "", 0, 0, 0, 0
     for attempt in range(draws + 14):
         if used >= draws:
             break
@@ -431,14 +435,18 @@ def _gradient_check_at(sizes, value_function, gradient, wrt, user_shapes, symbol
             except np.linalg.LinAlgError:  # a singular matrix where the gradient inverts it
                 singular += 1
                 continue
-        if msg in ("zero", "noise") and zero_draws < 8:  # all zero here (every relu off?): draw again
+        if msg == "unmeasurable":  # (a draw that tested nothing: another is drawn)
+            unmeasurable += 1
+            continue
+        if msg == "zero" and zero_draws < 8:  # all zero here (every relu off?): draw again
             zero_draws += 1
             continue
         worst, total, used = max(worst, err), total + n, used + 1
-        msg = {"zero": ALL_ZERO, "noise": ROUNDING}.get(msg, msg)
+        if msg == "zero":
+            msg = ALL_ZERO
         note = note or msg
     if used == 0:
-        why = (SINGULAR if singular
+        why = (UNMEASURABLE if unmeasurable else SINGULAR if singular
                else "λ was not finite on any random draw; say where to draw its inputs: "
                "d.check(domain={...}) in Python")
         return CheckReport(False, float("inf"), tol, sizes, domains, 0, 0, why)

@@ -79,9 +79,11 @@ def test_a_dropped_transpose_fails_the_check():
 def test_an_objective_that_cancels_to_zero_is_checked_at_its_rounding():
     # tr(AX)² − (A:Xᵀ)² is 0 for every X, but each term is about 10³: its finite differences are
     # rounding noise of the terms (about 1e-8), which check() took for an error of a 0 gradient
+    # (a FAIL); they measure nothing, and the check says it cannot be made
     expr, shapes = "tr(A@X)*tr(X.T@A.T) - (A.T:X)**2", {"A": ("n", "m"), "X": ("m", "n")}
     d = matcalc.derive(expr, "X", shapes=shapes)
-    assert d.text == "0" and d.check().ok, str(d.check())
+    report = d.check()
+    assert d.text == "0" and str(report).startswith("check cannot be made") and "rounding noise" in str(report)
     # and the measured noise excuses nothing larger: gradients off by 1e-2 fail
     rng = np.random.default_rng(3)
     A, X = rng.standard_normal((4, 3)), rng.standard_normal((3, 4))
@@ -156,6 +158,24 @@ def test_sizes_change_hands_when_the_names_fix_their_order(expr):
     assert report.ok and report.sizes["d"] > report.sizes["m"] and "zero on every draw" not in report.message
     exact = d.check(exact=True)  # SymPy: XᵀX of a wide X is singular for every value
     assert exact.ok and exact.sizes["d"] > exact.sizes["m"], exact.message
+
+
+@pytest.mark.parametrize("expr, wrt, shapes, measurable", [
+    ("det(X.T@X)", "X", {"X": ("a", 3)}, True),  # passed at a = 2, where det(XᵀX) ≡ 0 compares nothing
+    ("det(A@X@B)", "X", None, True),             # passed at sizes where AXB is singular
+    ("det(X@Y@Z)", "Y", None, True),
+    # λ's rounding (terms of 10¹⁰) hides the gradient Bᵀ: wrong ones passed, the right one FAILED
+    ("tr(1e5*A@X)**2 - (1e5*A:X.T)**2 + tr(B@X)", "X", None, False),
+])
+@pytest.mark.parametrize("wrong", [lambda g: -g, lambda g: 1.01 * g, lambda g: np.zeros_like(g)])
+def test_a_wrong_gradient_never_passes_where_the_differences_measure_nothing(expr, wrt, shapes, measurable, wrong):
+    d = matcalc.derive(expr, wrt=wrt, shapes=shapes)
+    real = d._check_function
+    d.__dict__["_check_function"] = lambda **kw: wrong(np.asarray(real(**kw)))
+    assert not d.check().ok
+    d.__dict__["_check_function"] = real
+    report = d.check()
+    assert report.ok if measurable else str(report).startswith("check cannot be made"), str(report)
 
 
 @pytest.mark.parametrize("expr", ["logdet(X.T@X)", "tr(inv(X.T@X))"])
