@@ -259,11 +259,17 @@ class TextPrinter:
         (kron(ones(2, 3), B), not kron(1, B))."""
         if e.op == "eye" and e not in self.names:
             return f"Diag(ones({self.dim(e.shape[0])}))"
-        if e.op != "const" or e.shape == SCALAR or e in self.names:
+        arrays = [f for f in e.args if f.shape != SCALAR] if e.op == "mul" else [e]
+        if e.shape == SCALAR or e in self.names or len(arrays) != 1 or arrays[0].op != "const" \
+                or arrays[0] in self.names:
             return self.p(e)[0]
-        r, c = e.shape
+        r, c = e.shape  # (alpha*1 too: a number times an array of ones)
         ones = f"ones({self.dim(r)})" if c == 1 else f"ones({self.dim(r)}, {self.dim(c)})"
-        return ones if e.attr == 1.0 else f"{self.p(ir.const(e.attr))[0]}*{ones}"
+        scale = [f for f in e.args if f.shape == SCALAR] if e.op == "mul" else []
+        if arrays[0].attr != 1.0 or not scale:
+            scale.append(ir.const(arrays[0].attr))
+        k = scale[0] if len(scale) == 1 else ir.mul(*scale)
+        return ones if k.op == "const" and k.attr == 1.0 else f"{self.wrap(k, PROD)}*{ones}"
 
     def dim(self, d) -> str:
         """A dimension's size as matcalc text: size(x, 0) of a symbol that has it, a number,

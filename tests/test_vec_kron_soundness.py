@@ -758,3 +758,27 @@ def test_the_latex_of_unvec_says_its_rows():
     assert "\\operatorname{vec}^{-1}_{3}" in latex[3] and "\\operatorname{vec}^{-1}_{4}" in latex[4]
     d = matcalc.derive("sum(exp(kron(A, B)@x))", "A", shapes={"A": ("a", "b"), "B": ("c", "d")})
     assert "\\operatorname{vec}^{-1}_{c}" in d.latex and "\\operatorname{vec}^{-1}_{d}" in d.latex
+
+
+@pytest.mark.parametrize("expr,wrt,text", [
+    # a number times an array of ones printed as alpha*1, read back as a number (a ShapeError)
+    ("alpha*sum(kron_sum(C, A))", "C", "kron(A, alpha*ones(4, 5))"),
+    ("sum(kron_sum(C, A))*sum(X)", "A", "kron_blocks(C, sum(X)*ones(4, 5))"),
+    ("(alpha + beta)*sum(kron_sum(C, A))", "C", "kron(A, (alpha + beta)*ones(4, 5))"),
+])
+def test_a_scaled_array_of_ones_inside_kron_reads_back(expr, wrt, text):
+    shapes = {"C": (8, 15), "A": (2, 3), "X": (2, 3)}
+    d = matcalc.derive(expr, wrt=wrt, shapes={k: v for k, v in shapes.items() if k in expr})
+    assert d.text == text
+    rng = np.random.default_rng(3)
+    inputs = {k: rng.standard_normal(v) if v else 0.7 for k, v in d.user_shapes.items()}
+    got_shape, back = evaluate(d.text, d, inputs, shape=d.shape)
+    want = np.asarray(d.function(**inputs))
+    assert got_shape == d.gradient.shape and np.allclose(np.broadcast_to(back, want.shape), want)
+    C, A = inputs["C"], inputs.get("A")
+    k = {"alpha": inputs.get("alpha"), "X": np.sum(inputs["X"]) if "X" in inputs else None}
+    if wrt == "C":  # λ = s·Σ kron_sum(C, A) = s·Σᵢⱼ Aᵢⱼ sum(C₍ᵢⱼ₎): ∂λ/∂C = s·A⊗1
+        s = inputs["alpha"] + inputs.get("beta", 0.0)
+        np.testing.assert_allclose(want, s * np.kron(A, np.ones((4, 5))), rtol=1e-12)
+    else:  # ∂λ/∂A = sum(X)·(the sums of C's blocks)
+        np.testing.assert_allclose(want, k["X"] * _kron_blocks(C, np.ones((4, 5))), rtol=1e-12)
