@@ -35,20 +35,33 @@ def _pending(e: Expr):
     return order
 
 
+_SAME = object()  # a memo's value for a key that is its own value (the entry would keep it alive)
+
+
+def _memo_get(memo, e: Expr):
+    hit = memo.get(e)
+    return e if hit is _SAME else hit
+
+
+def _memo_set(memo, e: Expr, out: Expr) -> None:
+    memo[e] = _SAME if out is e else out
+
+
 def simplify(e: Expr) -> Expr:
-    hit = _cache.get(e)
+    hit = _memo_get(_cache, e)
     if hit is not None:
         return hit
     for node in _pending(e):
         if node in _cache:
             continue
-        args = tuple(_cache[a] for a in node.args)
+        args = tuple(_memo_get(_cache, a) for a in node.args)
         out = _rebuild(node, args)
         if out.shape != node.shape:  # a cancellation must not lose a broadcast (τ + u - u)
             out = s_mul(out, const(1.0, node.shape))
-        _cache[node] = out
-        _cache.setdefault(out, out)
-    return _cache[e]
+        _memo_set(_cache, node, out)
+        if out not in _cache:
+            _memo_set(_cache, out, out)
+    return _memo_get(_cache, e)
 
 
 def settle(e: Expr, rounds: int = 3) -> Expr:
@@ -56,7 +69,7 @@ def settle(e: Expr, rounds: int = 3) -> Expr:
     The rules reach a form, not always the last one: a sum partly factored keeps its other
     terms as they were (A@B@X + A@B@X.T + …), and the memo takes every result as final.  A
     pass runs every node's rules again on the result, with a memo of its own."""
-    out = _settled.get(e)
+    out = _memo_get(_settled, e)
     if out is not None:
         return out
     out = simplify(e)
@@ -65,7 +78,8 @@ def settle(e: Expr, rounds: int = 3) -> Expr:
         if again == out:
             break
         out = again
-    _settled[e] = _settled[out] = out
+    _memo_set(_settled, e, out)
+    _memo_set(_settled, out, out)
     return out
 
 
@@ -228,12 +242,13 @@ _unordered: "weakref.WeakKeyDictionary[Expr, Expr]" = weakref.WeakKeyDictionary(
 def _order_free(e: Expr) -> Expr:
     """e with the terms of every sum in it in one order (a key only: log(a + b) and log(b + a)
     are one term, exp(a + b)∘exp(b + a) one power)."""
-    hit = _unordered.get(e)
+    hit = _memo_get(_unordered, e)
     if hit is None:
         args = tuple(_order_free(a) for a in e.args)
         if e.op == "add":
             args = tuple(sorted(args, key=id))
-        hit = _unordered[e] = e if args == e.args else Expr(e.op, args, e.attr, e.shape)
+        hit = e if args == e.args else Expr(e.op, args, e.attr, e.shape)
+        _memo_set(_unordered, e, hit)
     return hit
 
 
