@@ -580,37 +580,23 @@ def _jvp_kron(e, d):
     return _sum_opt([d[0] and ir.func("kron", d[0], B), d[1] and ir.func("kron", A, d[1])])
 
 
-def _t_kron(n, c, lin):
-    ir = _ir()
-    A, B = n.args
-    out = []
-    if lin[0]:
-        out.append((0, ir.func("kron_blocks", c, B, attr=A.shape)))
-    if lin[1]:
-        out.append((1, ir.func("kron_sum", c, A, attr=B.shape)))
-    return out, "frob_kron"
+def _t_bilinear(first, second, identity):
+    """The transpose rule of an operator linear in each of its two arguments: first(args, c)
+    and second(args, c) the adjoints of the cotangent c, cited as ``identity``."""
+    def rule(n, c, lin):
+        return [(i, f(n.args, c)) for i, f in enumerate((first, second)) if lin[i]], identity
+    return rule
 
 
-def _t_kron_sum(n, c, lin):  # kron_sum(D, A) = Σᵢⱼ Aᵢⱼ D₍ᵢⱼ₎
-    ir = _ir()
-    D, A = n.args
-    out = []
-    if lin[0]:
-        out.append((0, ir.func("kron", A, c)))
-    if lin[1]:
-        out.append((1, ir.func("kron_blocks", D, c, attr=A.shape)))
-    return out, "frob_kron_sum"
-
-
-def _t_kron_blocks(n, c, lin):  # kron_blocks(D, B)ᵢⱼ = D₍ᵢⱼ₎ : B
-    ir = _ir()
-    D, B = n.args
-    out = []
-    if lin[0]:
-        out.append((0, ir.func("kron", c, B)))
-    if lin[1]:
-        out.append((1, ir.func("kron_sum", D, c, attr=B.shape)))
-    return out, "frob_kron_blocks"
+# C:(A⊗B) = kron_blocks(C, B):A = kron_sum(C, A):B
+_t_kron = _t_bilinear(lambda a, c: _ir().func("kron_blocks", c, a[1], attr=a[0].shape),
+                      lambda a, c: _ir().func("kron_sum", c, a[0], attr=a[1].shape), "frob_kron")
+# kron_sum(D, A) = Σᵢⱼ Aᵢⱼ D₍ᵢⱼ₎: C:kron_sum(D, A) = (A⊗C):D = kron_blocks(D, C):A
+_t_kron_sum = _t_bilinear(lambda a, c: _ir().func("kron", a[1], c),
+                          lambda a, c: _ir().func("kron_blocks", a[0], c, attr=a[1].shape), "frob_kron_sum")
+# kron_blocks(D, B)ᵢⱼ = D₍ᵢⱼ₎ : B: C:kron_blocks(D, B) = (C⊗B):D = kron_sum(D, C):B
+_t_kron_blocks = _t_bilinear(lambda a, c: _ir().func("kron", c, a[1]),
+                             lambda a, c: _ir().func("kron_sum", a[0], c, attr=a[1].shape), "frob_kron_blocks")
 
 
 def _np_axis_template(all_form, axis_form):

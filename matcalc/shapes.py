@@ -817,10 +817,11 @@ class _Typer:
                          else f" and {' and '.join(op.params)}")
             self.fail(n, f"{n.value} takes {want}, got {words.get(given, f'{given} arguments')}")
         attr = None
-        for p, arg in zip(op.params, n.children[op.nargs:]):
-            attr = self.integer(arg, f"the {p} of {n.value}") if not op.shape_attr else None
         if op.shape_attr:  # sizes (unvec's rows, ones'): as written, a list
             attr = [self.dimension(arg) for arg in n.children[op.nargs:]]
+        else:
+            for p, arg in zip(op.params, n.children[op.nargs:]):
+                attr = self.integer(arg, f"the {p} of {n.value}")
         self.attrs[id(n)] = attr
         return op.shape(_CallUnifier(self, n, name, kid), kid[:op.nargs], attr)
 

@@ -1390,8 +1390,9 @@ def _entrywise_map(e: Expr, leaf):
 def _vec_back(M: Expr):
     """vec(M) moved inside M's entrywise work where that undoes an unvec (vec commutes with
     it, entry by entry: vec(X∘exp(unvec(u))) = vec(X)∘exp(u)); else None."""
-    if not any(f.op == "unvec" for f in _entrywise_leaves(M)):
-        return None
+    leaves = _entrywise_leaves(M)
+    if not any(f.op == "unvec" for f in leaves) or any(f.shape != M.shape for f in leaves):
+        return None  # (a broadcast operand, x + M of a column x, has no vec of M's length)
     n = ir.dim_mul(M.shape[0], M.shape[1])
     return _entrywise_map(M, lambda x: x.args[0] if x.op == "unvec" else const(x.attr, (n, 1)) if x.op == "const"
                           else ir.func("vec", x))
