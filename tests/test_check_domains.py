@@ -166,6 +166,10 @@ def test_sizes_change_hands_when_the_names_fix_their_order(expr):
     ("det(X@Y@Z)", "Y", None, True),
     # λ's rounding (terms of 10¹⁰) hides the gradient Bᵀ: wrong ones passed, the right one FAILED
     ("tr(1e5*A@X)**2 - (1e5*A:X.T)**2 + tr(B@X)", "X", None, False),
+    ("1e10 + w.T@x", "x", None, False),   # eps·1e10/h is 10⁻²: any gradient passed
+    # the floor 1e-4·max(1, |λ|) hid small gradients: det(0.01X) at 6×6 (about 1e-10), 1e-8·XᵀX
+    ("det(0.01*X)", "X", None, True),
+    ("1e-8*sum(X*X)", "X", None, True),
 ])
 @pytest.mark.parametrize("wrong", [lambda g: -g, lambda g: 1.01 * g, lambda g: np.zeros_like(g)])
 def test_a_wrong_gradient_never_passes_where_the_differences_measure_nothing(expr, wrt, shapes, measurable, wrong):
@@ -176,6 +180,16 @@ def test_a_wrong_gradient_never_passes_where_the_differences_measure_nothing(exp
     d.__dict__["_check_function"] = real
     report = d.check()
     assert report.ok if measurable else str(report).startswith("check cannot be made"), str(report)
+
+
+def test_a_check_coarser_than_its_tolerance_says_so():
+    # terms of 10⁵ cancel: λ's rounding lets the differences see about 0.1% of Bᵀ, not 1e-5
+    d = matcalc.derive("tr(300*A@X)**2 - (300*A:X.T)**2 + tr(B@X)", wrt="X")
+    report = d.check()
+    assert report.ok and "λ's rounding let this check see relative errors above" in report.message
+    real = d._check_function
+    d.__dict__["_check_function"] = lambda **kw: 1.01 * np.asarray(real(**kw))
+    assert not d.check().ok
 
 
 @pytest.mark.parametrize("expr", ["logdet(X.T@X)", "tr(inv(X.T@X))"])
