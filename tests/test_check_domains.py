@@ -182,6 +182,18 @@ def test_a_wrong_gradient_never_passes_where_the_differences_measure_nothing(exp
     assert report.ok if measurable else str(report).startswith("check cannot be made"), str(report)
 
 
+def test_rounding_that_no_small_step_shows_fails_no_true_gradient():
+    # logsumexp(X) − logsumexp(Xᵀ) is 0 up to its rounding, which steps of a few units in the last
+    # place do not move: the true gradient (1e-6 everywhere) FAILED at 1.3e-4
+    d = matcalc.derive("logsumexp(X) - logsumexp(X.T) + 1e-6*sum(X)", wrt="X")
+    report = d.check()
+    assert report.ok and "λ's rounding let this check see" in report.message
+    real = d._check_function
+    for wrong in (lambda g: 1.01 * g, lambda g: -g):
+        d.__dict__["_check_function"] = lambda **kw: wrong(np.asarray(real(**kw)))
+        assert not d.check().ok
+
+
 def test_a_check_coarser_than_its_tolerance_says_so():
     # terms of 10⁵ cancel: λ's rounding lets the differences see about 0.1% of Bᵀ, not 1e-5
     d = matcalc.derive("tr(300*A@X)**2 - (300*A:X.T)**2 + tr(B@X)", wrt="X")
