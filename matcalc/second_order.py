@@ -904,7 +904,7 @@ def _check(m: _LinearMap, seed, tol, draws, domain, sizes):
 def _check_at(m: _LinearMap, seed, tol, draws, domain, sizes):
     import numpy as np
 
-    from .check import CheckReport, infer_domains, random_inputs
+    from .check import UNMEASURABLE, CheckReport, infer_domains, random_inputs
 
     root = m.F if isinstance(m, Jacobian) else m.lam
     domains = infer_domains(root, m.symbols)
@@ -916,7 +916,7 @@ def _check_at(m: _LinearMap, seed, tol, draws, domain, sizes):
     else:
         f = m.gradient_function
         wrt = m.wrt_j
-    worst, total, used, note = 0.0, 0, 0, ""
+    worst, total, used, note, unmeasurable = 0.0, 0, 0, "", 0
     for attempt in range(draws + 12):
         if used >= draws:
             break
@@ -938,22 +938,27 @@ def _check_at(m: _LinearMap, seed, tol, draws, domain, sizes):
             continue
         with np.errstate(all="ignore"):
             try:
-                err, n, msg = _compare(m, f, inputs, wrt, rng)
+                err, n, msg = _compare(m, f, inputs, wrt, rng, tol)
             except np.linalg.LinAlgError:  # a singular matrix at this draw: not a finite value
                 err, n, msg = float("inf"), 0, "non-finite values (a singular matrix)"
+        if msg == "unmeasurable":  # (a draw that tested nothing: another is drawn)
+            unmeasurable += 1
+            continue
         worst, total, used = max(worst, err), total + n, used + 1
         note = note or msg
     if used == 0:
-        return CheckReport(False, float("inf"), tol, sizes, domains, 0, 0,
+        return CheckReport(False, float("inf"), tol, sizes, domains, 0, 0, UNMEASURABLE if unmeasurable else
                            "the function was not finite on any random draw; say where to draw its "
                            "inputs: .check(domain={...})")
     return CheckReport(worst <= tol, worst, tol, sizes, domains, total, used, note)
 
 
-def _compare(m, f, inputs, wrt, rng, h=1e-6, max_cols=24):
+def _compare(m, f, inputs, wrt, rng, tol, h=1e-6, max_cols=24):
     """(relative error, comparisons, note): dense columns vs central differences of f along
     basis directions, the product and the transposed product vs the dense matrix, symmetry."""
     import numpy as np
+
+    from .check import COARSE
 
     J = m.matrix(**inputs)
     x0 = np.asarray(inputs[wrt], dtype=float)
@@ -970,29 +975,42 @@ def _compare(m, f, inputs, wrt, rng, h=1e-6, max_cols=24):
         def direction(v):
             return v
     scale = max(float(np.max(np.abs(J))) if J.size else 0.0, 1e-300)
-    fd_cols, an_cols = [], []
-    for j in cols:
-        step = h * max(1.0, abs(flat[j]))
-        e = np.zeros(n)
-        e[j] = 1.0
-        e = direction(e)
-        up, dn = flat + step * e, flat - step * e
-        a = dict(inputs, **{wrt: up.reshape(shape, order="F") if shape else float(up[0])})
-        b = dict(inputs, **{wrt: dn.reshape(shape, order="F") if shape else float(dn[0])})
-        col = (np.reshape(np.asarray(f(**a), float), -1, order="F")
-               - np.reshape(np.asarray(f(**b), float), -1, order="F")) / (2 * step)
-        fd_cols.append(col)
-        an_cols.append(J[:, j])
-    fd, an = np.array(fd_cols), np.array(an_cols)
+
+    def differences(k=1.0):  # the columns by central differences, the steps k times as long
+        out = []
+        for j in cols:
+            step = k * h * max(1.0, abs(flat[j]))
+            e = np.zeros(n)
+            e[j] = 1.0
+            e = direction(e)
+            up, dn = flat + step * e, flat - step * e
+            a = dict(inputs, **{wrt: up.reshape(shape, order="F") if shape else float(up[0])})
+            b = dict(inputs, **{wrt: dn.reshape(shape, order="F") if shape else float(dn[0])})
+            out.append((np.reshape(np.asarray(f(**a), float), -1, order="F")
+                        - np.reshape(np.asarray(f(**b), float), -1, order="F")) / (2 * step))
+        return np.array(out)
+
+    fd, an = differences(), np.array([J[:, j] for j in cols])
     if fd.size and not (np.all(np.isfinite(fd)) and np.all(np.isfinite(an))):
         return float("inf"), len(cols), "non-finite values"
     fscale = max(scale, float(np.max(np.abs(fd))) if fd.size else 0.0)
-    # central differences carry rounding noise of about eps·|f|/h
+    # central differences carry f's rounding over the step, eps·|f|/h (with a margin of 10); where
+    # that could hide 1% of the map the draw tests nothing, and where a comparison fails, the
+    # differences' own spread against those over twice the step counts as noise too
     base = np.asarray(f(**inputs), dtype=float)
-    floor = 1e-4 * max(1.0, float(np.max(np.abs(base))) if base.size else 0.0)
-    denom = max(fscale, floor)
+    noise = 10 * float(np.finfo(float).eps) * (float(np.max(np.abs(base))) if base.size else 0.0) / h
+    if fd.size and noise > 0.01 * fscale:
+        return float("inf"), len(cols), "unmeasurable"
+    denom = max(fscale, noise / tol)
     if fd.size:
-        errs.append(float(np.max(np.abs(fd - an))) / denom)
+        err = float(np.max(np.abs(fd - an)))
+        if err / denom > tol:
+            noise = max(noise, 2 * float(np.max(np.abs(fd - differences(2.0)))))
+            if noise > 0.01 * fscale:
+                return float("inf"), len(cols), "unmeasurable"
+            if noise > tol * fscale:
+                denom, note = noise / tol, COARSE.format(noise / fscale)
+        errs.append(err / denom)
         count += fd.size
     # the matrix-free product along random directions, against the dense matrix
     V = rng.standard_normal(n)

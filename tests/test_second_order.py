@@ -765,3 +765,22 @@ def test_a_hessian_text_with_shared_parts_reads_back_with_its_definitions():
     second = (lam(W + eps * V) - 2 * lam(W) + lam(W - eps * V)) / eps ** 2
     assert np.sum(V * HV) == pytest.approx(second, rel=1e-5, abs=1e-7)
     np.testing.assert_allclose(HV, h.hvp(V, W=W, x=x, t=t), rtol=1e-10, atol=1e-14)
+
+
+@pytest.mark.parametrize("kind, expr, wrt, measurable", [
+    # the floor 1e-4·max(1, |f|) let a 1% error of a small map pass, and any map of 1e10 + W@x
+    ("hessian", "1e-8*sum(X*X)", "X", True),
+    ("jacobian", "1e-8*softmax(W@x)", "W", True),
+    ("jacobian", "1e10 + W@x", "W", False),   # eps·1e10/h is 10⁻²: the differences see nothing finer
+])
+def test_a_wrong_second_order_map_never_passes(kind, expr, wrt, measurable):
+    import numpy as np
+
+    m = getattr(matcalc, kind)(expr, wrt)
+    report = m.check()
+    assert report.ok if measurable else str(report).startswith("check cannot be made"), str(report)
+    for k in (1.01, -1.0):
+        wrong = getattr(matcalc, kind)(expr, wrt)
+        right = wrong.matrix
+        wrong.__dict__["matrix"] = lambda _k=k, **kw: _k * np.asarray(right(**kw))
+        assert not wrong.check().ok
