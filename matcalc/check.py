@@ -315,7 +315,8 @@ def _symmetric_fd(f, G, inputs, wrt, base, rng, h, max_entries, directions, tol)
 ALL_ZERO = "the gradient and the finite differences were zero on every draw"
 SINGULAR = "the gradient met a singular matrix on every draw where λ was finite"
 UNMEASURABLE = ("λ's finite differences were its rounding noise on every draw, too coarse to compare the gradient "
-                "with (λ a difference of much larger terms, or a determinant of a product singular at these sizes)")
+                "with (λ much larger than its changes: a large constant in it, a difference of much larger terms, "
+                "or a determinant of a product singular at these sizes)")
 RETRIES = 5  # other size choices tried where the first gave no finite values (or, inverting, failed)
 
 
