@@ -29,6 +29,10 @@ class CheckReport:
     message: str = ""
     details: list = field(default_factory=list)
 
+    def __post_init__(self):  # (plain Python values: a NumPy bool is not JSON)
+        self.ok, self.max_rel_error = bool(self.ok), float(self.max_rel_error)
+        self.entries_checked, self.draws = int(self.entries_checked), int(self.draws)
+
     def __bool__(self):
         return self.ok
 
@@ -246,7 +250,7 @@ def _judge(err: float, fd, signal: float, noise: float, tol: float, twice):
 
 def _noise(at, base, h: float, symmetric: bool = False) -> float:
     """The rounding noise of a central difference of λ over a step h: λ's own rounding over h,
-    with a margin of 10.  That rounding is at least eps·|λ|, and more where λ is a difference of
+    with a margin of 3.  That rounding is at least eps·|λ|, and more where λ is a difference of
     much larger terms (tr(AX)² − (A:X)², identically 0): measured, as the spread of
     (λ(x+δ) + λ(x−δ))/2 − λ(x) (λ's linear change cancels) over steps δ of a few units in the
     last place of x's entries."""
@@ -261,7 +265,7 @@ def _noise(at, base, h: float, symmetric: bool = False) -> float:
             spread = max(spread, abs(at(base + d) + at(base - d) - 2 * f0) / 2)
         except np.linalg.LinAlgError:  # singular a few units in the last place away: nothing to measure
             return float("inf")
-    return float(10 * spread / h) if np.isfinite(spread) else float("inf")
+    return float(3 * spread / h) if np.isfinite(spread) else float("inf")
 
 
 COARSE = "λ's rounding let this check see relative errors above {:.0e} only"

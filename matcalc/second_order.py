@@ -901,10 +901,15 @@ def _check(m: _LinearMap, seed, tol, draws, domain, sizes):
                              inverts=inverts(m.lam if m.kind == "hessian" else m.F))
 
 
+UNMEASURABLE_MAP = ("the finite differences were the rounding noise of the function differentiated (the gradient "
+                    "for a Hessian, F for a Jacobian) on every draw, too coarse to compare the map with (a large "
+                    "constant in it, or a difference of much larger terms)")
+
+
 def _check_at(m: _LinearMap, seed, tol, draws, domain, sizes):
     import numpy as np
 
-    from .check import UNMEASURABLE, CheckReport, infer_domains, random_inputs
+    from .check import CheckReport, infer_domains, random_inputs
 
     root = m.F if isinstance(m, Jacobian) else m.lam
     domains = infer_domains(root, m.symbols)
@@ -947,7 +952,7 @@ def _check_at(m: _LinearMap, seed, tol, draws, domain, sizes):
         worst, total, used = max(worst, err), total + n, used + 1
         note = note or msg
     if used == 0:
-        return CheckReport(False, float("inf"), tol, sizes, domains, 0, 0, UNMEASURABLE if unmeasurable else
+        return CheckReport(False, float("inf"), tol, sizes, domains, 0, 0, UNMEASURABLE_MAP if unmeasurable else
                            "the function was not finite on any random draw; say where to draw its "
                            "inputs: .check(domain={...})")
     return CheckReport(worst <= tol, worst, tol, sizes, domains, total, used, note)
@@ -994,15 +999,19 @@ def _compare(m, f, inputs, wrt, rng, tol, h=1e-6, max_cols=24):
     if fd.size and not (np.all(np.isfinite(fd)) and np.all(np.isfinite(an))):
         return float("inf"), len(cols), "non-finite values"
     fscale = max(scale, float(np.max(np.abs(fd))) if fd.size else 0.0)
-    # central differences carry f's rounding over the step, eps·|f|/h (with a margin of 10); where
+    # central differences carry f's rounding over the step, eps·|f|/h (with a margin of 3); where
     # that could hide 1% of the map the draw tests nothing, and where a comparison fails, the
-    # differences' own spread against those over twice the step counts as noise too
+    # differences' own spread against those over twice the step counts as noise too.  A map and
+    # differences below 1e-12 are zero (of a λ linear in W): its products are held to f's rounding.
     base = np.asarray(f(**inputs), dtype=float)
-    noise = 10 * float(np.finfo(float).eps) * (float(np.max(np.abs(base))) if base.size else 0.0) / h
-    if fd.size and noise > 0.01 * fscale:
+    noise = 3 * float(np.finfo(float).eps) * (float(np.max(np.abs(base))) if base.size else 0.0) / h
+    zero = fscale < 1e-12
+    if fd.size and noise > 0.01 * fscale and not zero:
         return float("inf"), len(cols), "unmeasurable"
-    denom = max(fscale, noise / tol)
-    if fd.size:
+    denom = max(fscale, noise / tol, 1e-10 if zero else 0.0)  # (a zero map's products: f's rounding)
+    if noise > tol * fscale and not zero:
+        note = COARSE.format(noise / fscale)
+    if fd.size and not zero:
         err = float(np.max(np.abs(fd - an)))
         if err / denom > tol:
             noise = max(noise, 2 * float(np.max(np.abs(fd - differences(2.0)))))
@@ -1046,7 +1055,7 @@ def _compare(m, f, inputs, wrt, rng, tol, h=1e-6, max_cols=24):
         errs.append(asym)
         errs.append(float(np.max(np.abs(J - J.T), initial=0.0)) / denom)
         count += 2
-        if asym > 1e-8:
+        if asym > 1e-8 and not zero:
             note = "the Hessian is not symmetric"
     if not J.size or scale <= 1e-300 and not fd.size:
         return 0.0, count, "zero"

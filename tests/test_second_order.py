@@ -784,3 +784,35 @@ def test_a_wrong_second_order_map_never_passes(kind, expr, wrt, measurable):
         right = wrong.matrix
         wrong.__dict__["matrix"] = lambda _k=k, **kw: _k * np.asarray(right(**kw))
         assert not wrong.check().ok
+
+
+@pytest.mark.parametrize("kind, expr, wrt", [
+    ("hessian", "tr(A@X)", "X"),                     # λ linear in X: H = 0 ("cannot be made" for a moment)
+    ("hessian", "norm1(softmax(y))", "y"),           # λ ≡ 1: products of rounding 1e-17 (FAILED at 5e282)
+    ("jacobian", "exp(Y) + 0*X", "X"),
+])
+def test_a_zero_map_passes_and_a_nonzero_product_of_it_fails(kind, expr, wrt):
+    import numpy as np
+
+    m = getattr(matcalc, kind)(expr, wrt)
+    assert m.check().ok, str(m.check())
+    wrong = getattr(matcalc, kind)(expr, wrt)
+    product = "hvp" if kind == "hessian" else "jvp"
+    right = getattr(wrong, product)
+    wrong.__dict__[product] = lambda V, **kw: np.asarray(right(V, **kw)) + 1e-3
+    assert not wrong.check().ok
+
+
+def test_a_check_report_holds_plain_python_values():
+    # a Hessian that is 0 by cancellation checked with NumPy scalars in its report: --json stopped
+    # with "internal error (TypeError: Object of type bool is not JSON serializable)"
+    import json
+    import subprocess
+    import sys
+
+    expr = "sum(norm2(alpha*z.T) - (X + k + W1))"
+    report = matcalc.hessian(expr, "alpha").check()
+    assert type(report.ok) is bool and type(report.max_rel_error) is float
+    r = subprocess.run([sys.executable, "-m", "matcalc", "hessian", expr, "--wrt", "alpha", "--check", "--json"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and json.loads(r.stdout.splitlines()[0])["check"]["ok"] is True, r.stderr
