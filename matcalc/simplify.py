@@ -240,12 +240,13 @@ _unordered: "weakref.WeakKeyDictionary[Expr, Expr]" = weakref.WeakKeyDictionary(
 
 
 def _order_free(e: Expr) -> Expr:
-    """e with the terms of every sum in it in one order (a key only: log(a + b) and log(b + a)
-    are one term, exp(a + b)∘exp(b + a) one power)."""
+    """e with the terms of every sum and the factors of every entrywise product in it in one
+    order (a key only: log(a + b) and log(b + a) are one term, exp(a + b)∘exp(b + a) one power,
+    log(A∘X + 1) and log(X∘A + 1) one term)."""
     hit = _memo_get(_unordered, e)
     if hit is None:
         args = tuple(_order_free(a) for a in e.args)
-        if e.op == "add":
+        if e.op in ("add", "mul"):
             args = tuple(sorted(args, key=id))
         hit = e if args == e.args else Expr(e.op, args, e.attr, e.shape)
         _memo_set(_unordered, e, hit)
@@ -995,13 +996,13 @@ def _cancel_quotient(c, rest, denominators):
             else:
                 dens.append(f)
 
-    same: dict = {}  # a sum in any order of its terms -> the first written (β + α is α + β)
+    same: dict = {}  # a base with its sums and products in any order -> the first written (β + α is α + β)
 
     def powers(fs):
         out: dict = {}
         for f in fs:
             base, k = _base_exponent(f)
-            base = same.setdefault(tuple(sorted(base.args, key=id)) if base.op == "add" else base, base)
+            base = same.setdefault(_order_free(base), base)
             out[base] = out.get(base, 0.0) + k
         return out
 
