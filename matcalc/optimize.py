@@ -319,19 +319,41 @@ def _stable_form(e: Expr) -> Expr:
 def _log_terms_spread(e: Expr):
     """p∘(a + b + …) as p∘a + p∘b + … where that lets a term take its log(x) into xlogy (p a
     power of x, a term with log(x): the second derivative of xᵏ∘yᵏ in k); else None.  (A
-    Frobenius product goes through p∘(…), in _stable_form.)"""
-    if e.op != "mul":
+    Frobenius product goes through p∘(…), in _stable_form.)  Only where a log is in e: the
+    spreading recurses into the terms, as many times as sums nest in products."""
+    if e.op != "mul" or not _has_log(e):
         return None
     for k, s in enumerate(e.args):
         rest = e.args[:k] + e.args[k + 1:]
         if s.op != "add" or any(t.shape != s.shape for t in s.args) or not any(r.op in ("pow", "mul", "xlogy")
                                                                           for r in rest):
             continue
+        if not any(_pairs_xlogy(list(rest) + list(t.args if t.op == "mul" else (t,))) for t in s.args):
+            continue  # (no term takes a log in here: spreading would only recurse, once per nested sum)
         terms = [ir.mul(*rest, t) for t in s.args]
         stable = [_stable_form(t) for t in terms]
         if any(a is not b for a, b in zip(stable, terms)):
             return ir.add(*stable)
     return None
+
+
+def _pairs_xlogy(fs) -> bool:
+    """Whether two of the factors fs are a power of x and log(x) (_xlogx_power)."""
+    return any(_xlogx_power(fs[i], fs[j]) is not None for i in range(len(fs)) for j in range(i + 1, len(fs)))
+
+
+def _has_log(e: Expr) -> bool:
+    """Whether log is applied anywhere in e (each shared node looked at once)."""
+    seen, stack = set(), [e]
+    while stack:
+        n = stack.pop()
+        if n.op == "log":
+            return True
+        for a in n.args:
+            if id(a) not in seen:
+                seen.add(id(a))
+                stack.append(a)
+    return False
 
 
 _root, _dag, _rebuild = ir.outputs_root, ir.dag, ir.rebuild
