@@ -104,6 +104,7 @@ class Emitter:
         self.lines: list[str] = []
         self.helpers: set = set()
         self.dims_needed: dict = {}
+        self.reads = {k: f"{p}.shape[{axis}]" for k, (p, axis) in dim_source.items()}  # (size_code's)
         self.counter = 0
         self.temps: set = set()
         self.owned: set = set()  # temporaries holding a new array that this function made
@@ -118,13 +119,12 @@ class Emitter:
             return str(d)
         if d in self.dims_needed:
             return self.dims_needed[d][0]
-        reads = {k: f"{p}.shape[{axis}]" for k, (p, axis) in self.dim_source.items()}
         if "*" in d and d not in self.dim_source:  # a product: of its factors' sizes, or read whole
-            if all(isinstance(f, int) or ir.size_expr(f, reads) is not None for f in ir.dim_factors(d)):
+            if all(isinstance(f, int) or ir.size_expr(f, self.reads) is not None for f in ir.dim_factors(d)):
                 return "(" + " * ".join(self.dim(f) for f in ir.dim_factors(d)) + ")"
-            return size_code(d, reads)
+            return size_code(d, self.reads)
         # (n only in C's n*p rows: C's rows // p)
-        self.dims_needed[d] = (f"dim_{self.dim_py[d]}", size_code(d, reads))
+        self.dims_needed[d] = (f"dim_{self.dim_py[d]}", size_code(d, self.reads))
         return self.dims_needed[d][0]
 
     def shape_src(self, shape) -> str:

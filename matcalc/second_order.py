@@ -963,7 +963,7 @@ def _compare(m, f, inputs, wrt, rng, tol, h=1e-6, max_cols=24):
     basis directions, the product and the transposed product vs the dense matrix, symmetry."""
     import numpy as np
 
-    from .check import COARSE
+    from .check import COARSE, _central
 
     J = m.matrix(**inputs)
     x0 = np.asarray(inputs[wrt], dtype=float)
@@ -981,19 +981,17 @@ def _compare(m, f, inputs, wrt, rng, tol, h=1e-6, max_cols=24):
             return v
     scale = max(float(np.max(np.abs(J))) if J.size else 0.0, 1e-300)
 
+    def at(x):  # f at wrt = x, as a column-major vector
+        return np.reshape(np.asarray(f(**dict(inputs, **{wrt: x if shape else float(x)})), float), -1, order="F")
+
+    moves = []  # the columns' directions (sym(E) for a symmetric S) and steps
+    for j in cols:
+        e = np.zeros(n)
+        e[j] = 1.0
+        moves.append((direction(e).reshape(shape, order="F"), h * max(1.0, abs(flat[j]))))
+
     def differences(k=1.0):  # the columns by central differences, the steps k times as long
-        out = []
-        for j in cols:
-            step = k * h * max(1.0, abs(flat[j]))
-            e = np.zeros(n)
-            e[j] = 1.0
-            e = direction(e)
-            up, dn = flat + step * e, flat - step * e
-            a = dict(inputs, **{wrt: up.reshape(shape, order="F") if shape else float(up[0])})
-            b = dict(inputs, **{wrt: dn.reshape(shape, order="F") if shape else float(dn[0])})
-            out.append((np.reshape(np.asarray(f(**a), float), -1, order="F")
-                        - np.reshape(np.asarray(f(**b), float), -1, order="F")) / (2 * step))
-        return np.array(out)
+        return _central(at, x0, moves, k)
 
     fd, an = differences(), np.array([J[:, j] for j in cols])
     if fd.size and not (np.all(np.isfinite(fd)) and np.all(np.isfinite(an))):
@@ -1030,11 +1028,7 @@ def _compare(m, f, inputs, wrt, rng, tol, h=1e-6, max_cols=24):
     # and the product itself against central differences of f along V
     if n > 1:
         Vn = direction(V) / np.linalg.norm(V)
-        step = h * max(1.0, float(np.max(np.abs(flat))))
-        a = dict(inputs, **{wrt: (flat + step * Vn).reshape(shape, order="F")})
-        b = dict(inputs, **{wrt: (flat - step * Vn).reshape(shape, order="F")})
-        fdv = (np.reshape(np.asarray(f(**a), float), -1, order="F")
-               - np.reshape(np.asarray(f(**b), float), -1, order="F")) / (2 * step)
+        fdv = _central(at, x0, [(Vn.reshape(shape, order="F"), h * max(1.0, float(np.max(np.abs(flat)))))])[0]
         errs.append(float(np.max(np.abs(np.reshape(prod, -1, order="F") / np.linalg.norm(V) - fdv),
                                  initial=0.0)) / denom)
     count += 2

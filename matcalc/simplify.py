@@ -268,8 +268,8 @@ def _like_key_ordered(core: Expr) -> Expr:
             return _pair_key(*pair)
     if core.op == "mul" and any(f.shape == SCALAR and f.op in _INNER_OPS for f in core.args):
         keyed = tuple(_like_key_ordered(f) if f.shape == SCALAR and f.op in _INNER_OPS else f
-                      for f in core.args)  # 2(dx:x)x and 2(x:dx)x: one term
-        return Expr("mul", tuple(sorted(keyed, key=id)), None, core.shape)
+                      for f in core.args)  # 2(dx:x)x and 2(x:dx)x: one term (_order_free orders them)
+        return Expr("mul", keyed, None, core.shape)
     if core.op in ("matmul", "T", "matrix_power"):
         fs = _chain_key(core)
         return fs[0] if len(fs) == 1 else Expr("matmul", tuple(fs), None, core.shape)
