@@ -272,16 +272,24 @@ COARSE = "λ's rounding let this check see relative errors above {:.0e} only"
 
 
 def _compare(err: float, signal: float, noise: float, tol: float, n: int):
-    """(err relative to signal, n, ""), where the differences' noise is below the tolerance;
-    relative to noise/tol and with a note (COARSE) where it is above but below 1% of the
-    gradient; and "unmeasurable" where it could hide 1% of the gradient itself (λ a difference
-    of much larger terms, 1e10 + wᵀx, det(AXB) ≡ 0 at sizes where AXB is singular): that draw
-    tested nothing."""
-    if noise > 0.01 * signal:
+    """(err relative to the scale _scale finds, n, its note), or "unmeasurable" for a draw
+    that tested nothing."""
+    got = _scale(signal, noise, tol)
+    if got is None:
         return float("inf"), n, "unmeasurable"
+    return float(err) / got[0], n, got[1]
+
+
+def _scale(signal: float, noise: float, tol: float):
+    """(what an error is relative to, a note): the signal, where the differences' noise is
+    below the tolerance; noise/tol and a note (COARSE) where it is above but below 1% of the
+    signal; None where it could hide 1% of the signal itself (λ a difference of much larger
+    terms, 1e10 + wᵀx, det(AXB) ≡ 0 at sizes where AXB is singular): that draw tests nothing."""
+    if noise > 0.01 * signal:
+        return None
     if noise > tol * signal:
-        return float(err) / (noise / tol), n, COARSE.format(noise / signal)
-    return float(err) / signal, n, ""
+        return noise / tol, COARSE.format(noise / signal)
+    return signal, ""
 
 
 def _symmetric_fd(f, G, inputs, wrt, base, rng, h, max_entries, directions, tol):

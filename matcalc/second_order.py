@@ -963,7 +963,7 @@ def _compare(m, f, inputs, wrt, rng, tol, h=1e-6, max_cols=24):
     basis directions, the product and the transposed product vs the dense matrix, symmetry."""
     import numpy as np
 
-    from .check import COARSE, _central
+    from .check import _central, _scale
 
     J = m.matrix(**inputs)
     x0 = np.asarray(inputs[wrt], dtype=float)
@@ -1004,19 +1004,20 @@ def _compare(m, f, inputs, wrt, rng, tol, h=1e-6, max_cols=24):
     base = np.asarray(f(**inputs), dtype=float)
     noise = 3 * float(np.finfo(float).eps) * (float(np.max(np.abs(base))) if base.size else 0.0) / h
     zero = fscale < 1e-12
-    if fd.size and noise > 0.01 * fscale and not zero:
-        return float("inf"), len(cols), "unmeasurable"
-    denom = max(fscale, noise / tol, 1e-10 if zero else 0.0)  # (a zero map's products: f's rounding)
-    if noise > tol * fscale and not zero:
-        note = COARSE.format(noise / fscale)
-    if fd.size and not zero:
+    if zero:  # (a zero map's products: f's rounding)
+        denom, note = max(fscale, noise / tol, 1e-10), ""
+    else:
+        got = _scale(fscale, noise, tol)
+        if got is None:
+            return float("inf"), len(cols), "unmeasurable"
+        denom, note = got
         err = float(np.max(np.abs(fd - an)))
         if err / denom > tol:
             noise = max(noise, 2 * float(np.max(np.abs(fd - differences(2.0)))))
-            if noise > 0.01 * fscale:
+            got = _scale(fscale, noise, tol)
+            if got is None:
                 return float("inf"), len(cols), "unmeasurable"
-            if noise > tol * fscale:
-                denom, note = noise / tol, COARSE.format(noise / fscale)
+            denom, note = got
         errs.append(err / denom)
         count += fd.size
     # the matrix-free product along random directions, against the dense matrix
