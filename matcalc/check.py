@@ -224,9 +224,8 @@ def finite_difference_check(f, grad, inputs: dict, wrt: str, rng, h: float = 1e-
     if not (np.all(np.isfinite(fd)) and np.all(np.isfinite(an))):
         return float("inf"), len(fd), "non-finite values"
     scale = max(float(np.max(np.abs(fd))), float(np.max(np.abs(an))), float(np.max(np.abs(G))) if G.size else 0.0)
-    if scale < 1e-12:
-        return 0.0, len(fd), "zero"
-    return _judge(np.max(np.abs(fd - an)), fd, scale, _noise(at, base, h), tol, lambda: _central(at, base, moves, 2.0))
+    return _judge(np.max(np.abs(fd - an)), fd, scale, _noise(at, base, h), tol,
+                  lambda k: _central(at, base, moves, k))
 
 
 def _central(at, base, moves, k: float = 1.0) -> np.ndarray:
@@ -237,32 +236,69 @@ def _central(at, base, moves, k: float = 1.0) -> np.ndarray:
     return np.array([(at(base + k * s * D) - at(base - k * s * D)) / (2 * k * s) for D, s in moves])
 
 
-def _judge(err: float, fd, signal: float, noise: float, tol: float, twice):
+ZERO = 1e-12  # a gradient, a Hessian or a Jacobian whose entries are all below this is 0
+
+
+def _judge(err: float, fd, signal: float, noise: float, tol: float, differences):
     """_compare; and where that fails, again with the differences' own spread (against those
-    over twice the step, twice()) counted as noise: λ's rounding that no small step shows
-    (logsumexp(X) − logsumexp(Xᵀ), sums of the same terms in two orders) fails nothing."""
+    over twice the step, differences(2)) counted as noise: λ's rounding that no small step
+    shows (logsumexp(X) − logsumexp(Xᵀ), sums of the same terms in two orders) fails nothing.
+    A zero gradient and zero differences are "zero" where they are (_zero)."""
+    if signal < ZERO:
+        return (0.0, len(fd), "zero") if _zero(noise, differences) else (float("inf"), len(fd), "unmeasurable")
     out = _compare(err, signal, noise, tol, len(fd))
     if out[2] != "unmeasurable" and out[0] > tol:
-        spread = float(np.max(np.abs(fd - twice())))
+        spread = float(np.max(np.abs(fd - differences(2.0))))
         out = _compare(err, signal, max(noise, 2 * spread), tol, len(fd))
     return out
 
 
+def _zero(noise: float, differences) -> bool:
+    """Whether differences below ZERO, with this noise, say that λ does not change: where the
+    noise is below ZERO too; and where it is not (λ = 1000, or 1e15 + wᵀx: changes below λ's
+    rounding vanish at small steps), where the differences over a step long enough for λ's
+    rounding over it to be ZERO (differences(k): over k times the step) are below ZERO as
+    well: 1e15 + wᵀx changes there, a constant does not."""
+    if noise <= ZERO:
+        return True
+    far = differences(noise / ZERO)
+    return bool(np.all(np.isfinite(far)) and np.max(np.abs(far), initial=0.0) < ZERO)
+
+
+def longer_steps(compare, h: float = 1e-6, longer=(1e2, 1e4)):
+    """compare(h) -> (error, comparisons, note); where the differences over h were λ's
+    rounding ("unmeasurable": λ's rounding over h could hide 1% of what they measure, as in
+    1e8 + X:X), compare(h·k) for the longer steps in turn: the rounding shrinks as 1/h, and a
+    step too long for λ's curvature shows as the spread of the differences over h·k and 2h·k,
+    which _judge counts as noise.  A longer step that leaves λ's domain (a non-finite value)
+    ends the search; the draw then tested nothing."""
+    out = compare(h)
+    for k in longer:
+        if out[2] != "unmeasurable":
+            break
+        again = compare(h * k)
+        if again[2] == "non-finite values":
+            break
+        out = again
+    return out
+
+
 def _noise(at, base, h: float, symmetric: bool = False) -> float:
-    """The rounding noise of a central difference of λ over a step h: λ's own rounding over h,
-    with a margin of 3.  That rounding is at least eps·|λ|, and more where λ is a difference of
+    """The rounding noise of a central difference of λ over a step h (for an array λ, of its
+    entries the largest): λ's own rounding over h, with a margin of 3.  That rounding is at
+    least eps·|λ|, and more where λ is a difference of
     much larger terms (tr(AX)² − (A:X)², identically 0): measured, as the spread of
     (λ(x+δ) + λ(x−δ))/2 − λ(x) (λ's linear change cancels) over steps δ of a few units in the
     last place of x's entries."""
     eps = float(np.finfo(float).eps)
     rng = np.random.default_rng(0)  # (its own draws: the check's own stay as they were)
     f0 = at(base)
-    spread = eps * abs(f0)
+    spread = eps * float(np.max(np.abs(f0), initial=0.0))
     for _ in range(4):
         r = rng.uniform(-1.0, 1.0, np.shape(base))
         d = base * (4 * eps) * ((r + r.T) / 2 if symmetric else r)
         try:
-            spread = max(spread, abs(at(base + d) + at(base - d) - 2 * f0) / 2)
+            spread = max(spread, float(np.max(np.abs(at(base + d) + at(base - d) - 2 * f0), initial=0.0)) / 2)
         except np.linalg.LinAlgError:  # singular a few units in the last place away: nothing to measure
             return float("inf")
     return float(3 * spread / h) if np.isfinite(spread) else float("inf")
@@ -317,11 +353,9 @@ def _symmetric_fd(f, G, inputs, wrt, base, rng, h, max_entries, directions, tol)
     if not (np.all(np.isfinite(fd)) and np.all(np.isfinite(an))):
         return float("inf"), len(fd), "non-finite values"
     scale = max(float(np.max(np.abs(fd))), float(np.max(np.abs(an))), float(np.max(np.abs(G))))
-    if scale < 1e-12:
-        return 0.0, len(fd), "zero"
     # G:V only sees G's symmetric part: the gradient must also be symmetric itself
     err = max(float(np.max(np.abs(fd - an))), float(np.max(np.abs(G - G.T))))
-    return _judge(err, fd, scale, _noise(at, base, h, symmetric=True), tol, lambda: _central(at, base, moves, 2.0))
+    return _judge(err, fd, scale, _noise(at, base, h, symmetric=True), tol, lambda k: _central(at, base, moves, k))
 
 
 ALL_ZERO = "the gradient and the finite differences were zero on every draw"
@@ -371,9 +405,9 @@ def over_size_choices(user_shapes: dict, fixed, run, inverts: bool = True) -> Ch
             break
     else:
         return first
-    if first.message in (UNMEASURABLE, SINGULAR):
-        what = ("the finite differences were λ's rounding noise" if first.message == UNMEASURABLE
-                else "the gradient met a singular matrix")
+    what = {UNMEASURABLE: "the finite differences were λ's rounding noise", ALL_ZERO: "the gradient and the "
+            "finite differences were zero", SINGULAR: "the gradient met a singular matrix"}.get(first.message)
+    if what:
         second.message = "; ".join(filter(None, [second.message, (
             f"at {sizes_text(first.sizes)} {what}: products such as XᵀX are singular at some sizes")]))
     if blank or not np.isfinite(first.max_rel_error):
@@ -463,8 +497,8 @@ def _gradient_check_at(sizes, value_function, gradient, wrt, user_shapes, symbol
             continue
         with np.errstate(all="ignore"):
             try:
-                err, n, msg = finite_difference_check(value_function, gradient, inputs,
-                                                      wrt, rng, symmetric=wrt in symmetric, tol=tol)
+                err, n, msg = longer_steps(lambda h: finite_difference_check(
+                    value_function, gradient, inputs, wrt, rng, h, symmetric=wrt in symmetric, tol=tol))
             except np.linalg.LinAlgError:  # a singular matrix where the gradient inverts it
                 singular += 1
                 continue

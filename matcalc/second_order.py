@@ -909,7 +909,7 @@ UNMEASURABLE_MAP = ("the finite differences were the rounding noise of the funct
 def _check_at(m: _LinearMap, seed, tol, draws, domain, sizes):
     import numpy as np
 
-    from .check import CheckReport, infer_domains, random_inputs
+    from .check import CheckReport, infer_domains, longer_steps, random_inputs
 
     root = m.F if isinstance(m, Jacobian) else m.lam
     domains = infer_domains(root, m.symbols)
@@ -943,7 +943,7 @@ def _check_at(m: _LinearMap, seed, tol, draws, domain, sizes):
             continue
         with np.errstate(all="ignore"):
             try:
-                err, n, msg = _compare(m, f, inputs, wrt, rng, tol)
+                err, n, msg = longer_steps(lambda h: _compare(m, f, inputs, wrt, rng, tol, h))
             except np.linalg.LinAlgError:  # a singular matrix at this draw: not a finite value
                 err, n, msg = float("inf"), 0, "non-finite values (a singular matrix)"
         if msg == "unmeasurable":  # (a draw that tested nothing: another is drawn)
@@ -963,7 +963,7 @@ def _compare(m, f, inputs, wrt, rng, tol, h=1e-6, max_cols=24):
     basis directions, the product and the transposed product vs the dense matrix, symmetry."""
     import numpy as np
 
-    from .check import _central, _scale
+    from .check import ZERO, _central, _noise, _scale, _zero
 
     J = m.matrix(**inputs)
     x0 = np.asarray(inputs[wrt], dtype=float)
@@ -997,15 +997,18 @@ def _compare(m, f, inputs, wrt, rng, tol, h=1e-6, max_cols=24):
     if fd.size and not (np.all(np.isfinite(fd)) and np.all(np.isfinite(an))):
         return float("inf"), len(cols), "non-finite values"
     fscale = max(scale, float(np.max(np.abs(fd))) if fd.size else 0.0)
-    # central differences carry f's rounding over the step, eps·|f|/h (with a margin of 3); where
-    # that could hide 1% of the map the draw tests nothing, and where a comparison fails, the
-    # differences' own spread against those over twice the step counts as noise too.  A map and
-    # differences below 1e-12 are zero (of a λ linear in W): its products are held to f's rounding.
-    base = np.asarray(f(**inputs), dtype=float)
-    noise = 3 * float(np.finfo(float).eps) * (float(np.max(np.abs(base))) if base.size else 0.0) / h
-    zero = fscale < 1e-12
-    if zero:  # (a zero map's products: f's rounding)
-        denom, note = max(fscale, noise / tol, 1e-10), ""
+    # central differences carry f's rounding over the step (check._noise: measured, eps·|f| at
+    # least); where that could hide 1% of the map the draw tests nothing, and where a comparison
+    # fails, the differences' own spread against those over twice the step counts as noise too.
+    # A map and differences below ZERO are zero (of a λ linear in W): its products are held to
+    # f's rounding.
+    noise = _noise(at, x0 if shape else float(x0), h, symmetric=wrt in m.symmetric)
+    zero = fscale < ZERO
+    if zero and not _zero(noise, differences):  # (the differences could not have seen a map above ZERO)
+        return float("inf"), len(cols), "unmeasurable"
+    if zero:  # a zero map's products are held to f's rounding, as the differences measure it
+        spread = 10 * float(np.max(np.abs(fd - differences(2.0)))) if fd.size else 0.0  # (a margin)
+        denom, note = max(fscale, noise / tol, spread / tol, 1e-10), ""
     else:
         got = _scale(fscale, noise, tol)
         if got is None:

@@ -79,11 +79,11 @@ def test_a_dropped_transpose_fails_the_check():
 def test_an_objective_that_cancels_to_zero_is_checked_at_its_rounding():
     # tr(AX)² − (A:Xᵀ)² is 0 for every X, but each term is about 10³: its finite differences are
     # rounding noise of the terms (about 1e-8), which check() took for an error of a 0 gradient
-    # (a FAIL); they measure nothing, and the check says it cannot be made
+    # (a FAIL); over a step long enough for that rounding to be 1e-12, they are below 1e-12: zero
     expr, shapes = "tr(A@X)*tr(X.T@A.T) - (A.T:X)**2", {"A": ("n", "m"), "X": ("m", "n")}
     d = matcalc.derive(expr, "X", shapes=shapes)
     report = d.check()
-    assert d.text == "0" and str(report).startswith("check cannot be made") and "rounding noise" in str(report)
+    assert d.text == "0" and report.ok and "were zero on every draw" in str(report), str(report)
     # and the measured noise excuses nothing larger: gradients off by 1e-2 fail
     rng = np.random.default_rng(3)
     A, X = rng.standard_normal((4, 3)), rng.standard_normal((3, 4))
@@ -144,8 +144,8 @@ def test_products_singular_at_the_first_sizes_are_checked_at_the_others(expr, wr
     report = matcalc.derive(expr, wrt=wrt).check()
     assert report.ok and report.max_rel_error < 1e-6
     # (where XᵀX is singular, λ is its rounding noise or the differences fail)
-    assert re.search(r"a=3, b=4 (it failed|the finite differences were λ's rounding noise|the gradient met a "
-                     r"singular matrix)", report.message)
+    assert re.search(r"a=3, b=4 (it failed|the finite differences were λ's rounding noise|the gradient and the "
+                     r"finite differences were zero|the gradient met a singular matrix)", report.message)
     assert report.sizes == {"b": 3, "a": 4}
 
 
@@ -165,8 +165,12 @@ def test_sizes_change_hands_when_the_names_fix_their_order(expr):
     ("det(A@X@B)", "X", None, True),             # passed at sizes where AXB is singular
     ("det(X@Y@Z)", "Y", None, True),
     # λ's rounding (terms of 10¹⁰) hides the gradient Bᵀ: wrong ones passed, the right one FAILED
-    ("tr(1e5*A@X)**2 - (1e5*A:X.T)**2 + tr(B@X)", "X", None, False),
-    ("1e10 + w.T@x", "x", None, False),   # eps·1e10/h is 10⁻²: any gradient passed
+    # (measured with a step of 1e-2, where λ's rounding over the step is a thousandth of Bᵀ)
+    ("tr(1e5*A@X)**2 - (1e5*A:X.T)**2 + tr(B@X)", "X", None, True),
+    ("tr(1e7*A@X)**2 - (1e7*A:X.T)**2 + tr(B@X)", "X", None, False),
+    # eps·1e10/h is 10⁻² at h = 1e-6: any gradient passed; at h = 1e-2 it is 10⁻⁸
+    ("1e10 + w.T@x", "x", None, True),
+    ("1e14 + w.T@x", "x", None, False),
     # the floor 1e-4·max(1, |λ|) hid small gradients: det(0.01X) at 6×6 (about 1e-10), 1e-8·XᵀX
     ("det(0.01*X)", "X", None, True),
     ("1e-8*sum(X*X)", "X", None, True),
@@ -246,8 +250,10 @@ def test_a_wrong_gradient_fails_at_both_sizes(monkeypatch):
     monkeypatch.setattr(d, "_check_function", lambda **kw: 1.5 * real(**kw))
     report = d.check()
     assert not report.ok
-    # where det(XᵀX) ≡ 0 (X 3×4) its differences are rounding noise, and the failure is measured at 4×3
-    assert report.sizes == {"a": 3, "b": 4} or "a=3, b=4 the finite differences were λ's rounding" in report.message
+    # where det(XᵀX) ≡ 0 (X 3×4) its differences are zero, and the failure is measured at 4×3
+    assert report.sizes == {"a": 3, "b": 4} or re.search("a=3, b=4 the (finite differences were λ's rounding|"
+                                                         "gradient and the finite differences were zero)",
+                                                         report.message)
 
 
 def test_a_gradient_wrong_only_at_the_first_sizes_fails_where_nothing_is_inverted():
@@ -284,3 +290,28 @@ def test_factors_of_a_product_under_an_inverse_are_drawn_gaussian(expr, wrt):
 def test_a_check_that_compares_nothing_says_it_cannot_be_made():
     report = matcalc.derive("det(x@x.T)", wrt="x").check()  # det(xxᵀ) is 0 for every x
     assert not report.ok and str(report).startswith("check cannot be made")
+
+
+@pytest.mark.parametrize("expr, wrt, kind", [
+    ("1000 + 0*sum(X)", "X", "derive"),            # λ's rounding over h = 1e-6 is 7e-10: above 1e-12
+    ("tr(A) + 1e6*tr(B) + 0*sum(X)", "X", "derive"),
+    ("1e3*tr(A@X)", "X", "hessian"),               # a constant gradient of 10³: its Hessian is 0
+])
+def test_a_zero_derivative_of_a_large_constant_is_zero(expr, wrt, kind):
+    # zero differences of a large λ say nothing at small steps (1e15 + wᵀx has them too); over a
+    # step long enough for λ's rounding over it to be 1e-12 a constant still does not change
+    report = getattr(matcalc, kind)(expr, wrt).check()
+    assert report.ok and report.max_rel_error == 0.0, str(report)
+
+
+def test_zero_differences_of_a_changing_lambda_are_not_zero():
+    # 1e15 + wᵀx: wᵀx's changes over small steps are below λ's rounding, so its differences are 0
+    # and a zero gradient matched them ("zero on every draw"); over longer steps λ changes
+    for expr in ("1e15 + w.T@x", "1e15 + 1e-3*w.T@x"):
+        d = matcalc.derive(expr, wrt="x")
+        d.__dict__["_check_function"] = lambda **kw: np.zeros(np.shape(kw["x"]))
+        assert not d.check().ok
+    m = matcalc.hessian("1e15*sum(x) + sum(x*x*x)", "x")  # the gradient's rounding hides 6·x
+    m.__dict__["matrix"] = lambda **kw: np.zeros((len(kw["x"]),) * 2)
+    m.__dict__["hvp"] = lambda V, **kw: np.zeros(np.shape(V))
+    assert not m.check().ok
