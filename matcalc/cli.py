@@ -368,17 +368,30 @@ def run(argv=None) -> int:
             out.append(np.array2string(value + 0.0, precision=8, max_line_width=100,
                                        threshold=10 ** 6))  # (+ 0.0: no -0.)
         if args.code:
-            out.append(d.source(args.backend).rstrip())
+            out.append(Source(d.source(args.backend).rstrip()))
         if report is not None:
             out.append(str(report))
         if exact is not None:
             out.append(str(exact))
-    print("\n".join(out))
+    print(joined(out, args.code))
     if status != EXIT_OK and not args.json:
         print("matcalc: the " + ("check" if args.check and args.exact else "exact check" if args.exact
                                  else "numerical check") + (" failed" if status == EXIT_CHECK_FAILED
                                                             else " cannot be made"), file=sys.stderr)
     return status
+
+
+class Source(str):
+    """Emitted code among the lines a command prints."""
+
+
+def joined(out, code: bool) -> str:
+    """The lines a command prints; with --code, every line but the code's is a Python comment,
+    so that `matcalc derive … --code > grad.py` writes a module that imports."""
+    if not code:
+        return "\n".join(out)
+    return "\n".join(s if isinstance(s, Source) else "\n".join(f"# {line}".rstrip() for line in s.split("\n"))
+                     for s in out)
 
 
 def _numerator(value):

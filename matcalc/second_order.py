@@ -1275,8 +1275,8 @@ def _matrix_at(r, values: dict):
 def run_cli(args) -> int:
     import sys
 
-    from .cli import (EXIT_OK, EXIT_REFUSED, check_backend_args, check_status, dumps, parse_at, parse_lets,
-                      parse_shapes)
+    from .cli import (EXIT_OK, EXIT_REFUSED, Source, check_backend_args, check_status, dumps, joined, parse_at,
+                      parse_lets, parse_shapes)
     from .errors import MatcalcError
 
     try:
@@ -1339,10 +1339,10 @@ def run_cli(args) -> int:
                        f"{dense[key].shape[1]} (column-major vec order) =")
             out.append(np.array2string(dense[key] + 0.0, precision=8, max_line_width=100, threshold=10 ** 6))
         if args.code:
-            out.append(r.source(args.backend).rstrip())
+            out.append(Source(r.source(args.backend).rstrip()))
         if report is not None:
             out.append(str(report))
-    print("\n".join(out))
+    print(joined(out, args.code))
     if status != EXIT_OK and not args.json:
         print("matcalc: the numerical check " + ("cannot be made" if status == EXIT_REFUSED else "failed"),
               file=sys.stderr)

@@ -259,3 +259,27 @@ def test_a_shape_or_value_given_twice_differently_is_refused(capsys):
     assert cli.run(["derive", "x:x", "--wrt", "x", "--shape", "x=a", "--shape", "x=a"]) == 0
     assert cli.run(["derive", "x:x", "--wrt", "x", "--at", "x=[1,2]", "--at", "x=[1,3]"]) == 2
     assert "--at x is given twice" in capsys.readouterr().err
+
+
+def test_the_output_of_code_is_a_module_that_imports(tmp_path):
+    # `matcalc derive … --code > grad.py`: the gradient, shape and check lines are comments
+    import numpy as np
+
+    r = subprocess.run([sys.executable, "-m", "matcalc", "derive", "G:exp(X@W)", "--wrt", "X", "--wrt", "W",
+                        "--code", "--check", "--steps"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "# check ok" in r.stdout and "# ── W ──" in r.stdout
+    module = {}
+    exec(compile(r.stdout, "grad.py", "exec"), module)  # (a file the test wrote itself)
+    rng = np.random.default_rng(0)
+    X, W, G = rng.standard_normal((2, 3)), rng.standard_normal((3, 4)), rng.standard_normal((2, 4))
+    P = G * np.exp(X @ W)
+    np.testing.assert_allclose(module["grad_X"](X=X, W=W, G=G), P @ W.T, rtol=1e-12)
+    np.testing.assert_allclose(module["grad_W"](X=X, W=W, G=G), X.T @ P, rtol=1e-12)
+    r = subprocess.run([sys.executable, "-m", "matcalc", "hessian", "x.T@A@x", "--wrt", "x", "--code"],
+                       capture_output=True, text=True, timeout=120)
+    (tmp_path / "hess.py").write_text(r.stdout)
+    module = {}
+    exec(compile(r.stdout, str(tmp_path / "hess.py"), "exec"), module)
+    A = rng.standard_normal((3, 3))
+    np.testing.assert_allclose(module["hessian_x"](x=np.ones(3), A=A), A + A.T, rtol=1e-12)
