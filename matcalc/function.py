@@ -16,13 +16,41 @@ def check_arguments(fname: str, given, params) -> None:
                         f"it takes {', '.join(params)}")
 
 
+class Sizes:
+    """The sizes the arguments give the names of dimensions, and the argument that gave each:
+    a ShapeError where two give one name different sizes names both of them."""
+
+    def __init__(self, fname: str = ""):
+        self.prefix = f"{fname}: " if fname else ""
+        self.size: dict = {}
+        self.by: dict = {}
+
+    def take(self, d, s: int, name: str, given: tuple, shape: tuple) -> None:
+        want = self.size.setdefault(d, s)
+        first = self.by.setdefault(d, (name, given, shape))
+        if want == s:
+            return
+        other, other_given, other_shape = first
+        if other == name:
+            raise ShapeError(f"{self.prefix}{name} has shape {given}, but its dimensions named {d} must be "
+                             f"equal ({name} is {_names(shape)})")
+        raise ShapeError(f"{self.prefix}{name} has shape {given}, which makes {d} = {s}, but {other} has shape "
+                         f"{other_given}, which makes {d} = {want} ({other} is {_names(other_shape)} and {name} is "
+                         f"{_names(shape)}): one of them is not the shape the expression takes")
+
+
+def _names(shape) -> str:
+    """A shape of named dimensions as a tuple is written: (a, b), (n,)."""
+    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
 def check_shapes(fname: str, values: dict, user_shapes: dict) -> None:
     """A ShapeError where the arguments' shapes (NumPy, torch or jax arrays, numbers) do not
     fit the declared ones or each other: what the framework's own error would say deep inside
     the computation.  A size-1 dimension may be given or left out, as everywhere."""
     import numpy as np
 
-    sizes: dict = {}
+    sizes = Sizes(fname)
     for name, value in values.items():
         shape = user_shapes.get(name)
         if shape is None:
@@ -37,11 +65,11 @@ def check_shapes(fname: str, values: dict, user_shapes: dict) -> None:
             kind = {0: "a scalar", 1: "a vector (1-D)", 2: "a matrix (2-D)"}[len(dims)]
             raise ShapeError(f"{fname}: {name} must be {kind} of shape {shape}, got shape {given}")
         for d, s in zip(dims, given):
-            want = d if isinstance(d, int) else sizes.setdefault(d, s)
-            if want != s:
-                where = "its declared size" if isinstance(d, int) else "elsewhere"
-                raise ShapeError(f"{fname}: {name} has shape {given}, but dimension {d} is {want} "
-                                 f"{where} (declared shape {shape})")
+            if isinstance(d, int):
+                if d != s:
+                    raise ShapeError(f"{fname}: {name} has shape {given}, but its declared shape is {shape}")
+                continue
+            sizes.take(d, s, name, given, shape)
 
 
 class Orientation:
@@ -115,7 +143,7 @@ class GradientFunction:
         import numpy as np
 
         check_arguments(self.name, kwargs, self.params)
-        sizes: dict = {}
+        sizes = Sizes()
         out = {}
         for name, value in kwargs.items():
             shape = self.user_shapes[name]
@@ -134,10 +162,10 @@ class GradientFunction:
             if len(shape) == 2 and arr.ndim == 1 and sum(d == 1 for d in shape) == 1:
                 # a 1-D array for a declared row (1, d) or column (d, 1): as NumPy's 1-D vectors
                 d = shape[1] if shape[0] == 1 else shape[0]
-                want = d if isinstance(d, int) else sizes.setdefault(d, arr.shape[0])
-                if want != arr.shape[0]:
-                    raise ShapeError(f"{name} has length {arr.shape[0]}, but dimension {d} is {want} "
-                                     f"elsewhere (declared shape {shape})")
+                if isinstance(d, int) and d != arr.shape[0]:
+                    raise ShapeError(f"{name} has length {arr.shape[0]}, but its declared shape is {shape}")
+                if not isinstance(d, int):
+                    sizes.take(d, arr.shape[0], name, arr.shape, shape)
                 out[self.params[name]] = arr
                 continue
             if arr.size == 1 and shape and all(d == 1 for d in shape):  # (1,) / (1, 1): any one number
@@ -157,10 +185,7 @@ class GradientFunction:
                     if d != s:
                         raise ShapeError(f"{name} has shape {arr.shape}, but its declared shape is {shape}")
                     continue
-                want = sizes.setdefault(d, s)
-                if want != s:
-                    raise ShapeError(f"{name} has shape {arr.shape}, but dimension {d} is {want} "
-                                     f"elsewhere (declared shape {shape})")
+                sizes.take(d, s, name, arr.shape, shape)
             out[self.params[name]] = arr
         return out
 

@@ -480,7 +480,8 @@ def test_jax_functions_of_python_floats_return_arrays():
 def test_a_backend_function_names_the_argument_whose_shape_does_not_fit(backend):
     d = matcalc.derive("sum(exp(W@x))", wrt="W")
     fw = to_framework(backend, {"W": np.ones((3, 4)), "x": np.ones(5)})
-    with pytest.raises(matcalc.ShapeError, match=r"x has shape \(5,\), but dimension b is 4"):
+    with pytest.raises(matcalc.ShapeError,
+                       match=r"x has shape \(5,\), which makes b = 5, but W has shape \(3, 4\), which makes b = 4"):
         d.callable(backend)(**fw)
 
 

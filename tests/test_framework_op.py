@@ -222,7 +222,8 @@ def test_an_op_names_the_argument_whose_shape_does_not_fit(backend):
     if backend == "torch":
         import torch
         W, x, b = (torch.tensor(v) for v in (W, x, b))
-    with pytest.raises(matcalc.ShapeError, match=r"x has shape \(5,\), but dimension \w+ is 4"):
+    with pytest.raises(matcalc.ShapeError,
+                       match=r"x has shape \(5,\), which makes \w+ = 5, but W has shape \(3, 4\), which makes \w+ = 4"):
         op(W=W, x=x, b=b)
     with pytest.raises(matcalc.ShapeError, match="b must be a vector"):
         op(W=W, x=x[:4], b=W)

@@ -285,3 +285,18 @@ def test_an_identity_made_1_by_1_under_an_axis_reduction():
     r = subprocess.run([sys.executable, "-m", "matcalc", "derive", "sum(sum(I + X@X.T, 1))", "--wrt", "X",
                         "--shape", "X=1,d"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "2*X" in r.stdout, r.stderr
+
+
+def test_a_shape_error_at_call_time_names_both_arguments_that_disagree():
+    # G given transposed blamed X alone ("X has shape (2, 3), but dimension a is 4 elsewhere")
+    import numpy as np
+
+    d = matcalc.derive("G:(X@W)", wrt="X")
+    G, X, W = np.ones((4, 2)), np.ones((2, 3)), np.ones((3, 4))
+    want = r"makes a = \d, but \w has shape \((4, 2|2, 3)\), which makes a = \d \(G is \(a, b\) and X is \(a, c\)\)"
+    with pytest.raises(ShapeError, match=want):
+        d.function(G=G, X=X, W=W)
+    with pytest.raises(ShapeError, match=want):
+        matcalc.hessian("G:(X@W)", "X").hvp(X, G=G, X=X, W=W)
+    with pytest.raises(ShapeError, match=r"S has shape \(3, 4\), but its dimensions named n must be equal"):
+        matcalc.derive("tr(S)", wrt="S", shapes={"S": ("n", "n")}).function(S=np.ones((3, 4)))
