@@ -382,14 +382,19 @@ class BackendFunction:
         self.user_shapes = user_shapes
         self.emitted = compile_function(backend, source, fname)
         self._same_names = all(k == v for k, v in params.items())
+        from .function import keyword_signature
+
+        keyword_signature(self, params)
 
     def __repr__(self):
         return f"<matcalc {self.backend} function {self.name}({', '.join(self.params)})>"
 
-    def __call__(self, /, **kwargs):
-        from .function import check_arguments, check_shapes
+    def __call__(self, /, *args, **kwargs):
+        from .function import by_name, check_arguments, check_shapes
 
-        check_arguments(self.name, kwargs, self.params)
+        if args:
+            raise by_name(self.name, args, self.params)
+        kwargs = check_arguments(self.name, kwargs, self.params)
         check_shapes(self.name, kwargs, self.user_shapes)
         if self.backend == "torch" and any(type(v).__module__ == "numpy" for v in kwargs.values()):
             kwargs = from_numpy(kwargs)

@@ -53,6 +53,9 @@ class MatcalcOp:
         self.expr, self.backend = expr, backend
         self.names = list(typed.user_shapes)
         self.user_shapes = dict(typed.user_shapes)
+        from .function import keyword_signature
+
+        keyword_signature(self, self.names)
         self.out_shape = _user_shape(typed.expr.shape)
         # a vector F comes back as a column or row where an input declared as one is given so
         self.orientation = Orientation(self.user_shapes, typed.expr.shape)
@@ -141,10 +144,12 @@ class MatcalcOp:
         f.defvjp(f_fwd, f_bwd)
         return f
 
-    def __call__(self, /, **kwargs):
-        from .function import check_arguments, check_shapes
+    def __call__(self, /, *args, **kwargs):
+        from .function import by_name, check_arguments, check_shapes
 
-        check_arguments(f"op({self.expr})", kwargs, self.names)
+        if args:
+            raise by_name(f"op({self.expr})", args, self.names)
+        kwargs = check_arguments(f"op({self.expr})", kwargs, self.names)
         check_shapes(f"op({self.expr})", kwargs, self.user_shapes)
         return self.orientation.apply(self._fn(*[kwargs[n] for n in self.names]), kwargs)
 

@@ -5,15 +5,49 @@ from __future__ import annotations
 from .errors import ShapeError
 
 
-def check_arguments(fname: str, given, params) -> None:
-    """TypeError naming the missing and the unexpected keyword arguments of ``fname``."""
+def check_arguments(fname: str, given: dict, params) -> dict:
+    """The keyword arguments of ``fname``, with any given under its Python name (``lambda_``
+    for a symbol named lambda, the emitted code's parameter) under the symbol's; a TypeError
+    naming the unexpected and the missing ones, and which were probably meant."""
+    alias = {v: k for k, v in params.items() if v != k} if isinstance(params, dict) else {}
+    if alias and any(k in alias and alias[k] not in given for k in given):
+        given = {alias[k] if k in alias and alias[k] not in given else k: v for k, v in given.items()}
     missing = [n for n in params if n not in given]
-    if missing:
-        raise TypeError(f"{fname}() is missing the argument(s) {', '.join(missing)}")
     unknown = [n for n in given if n not in params]
+    if not (missing or unknown):
+        return given
+    import difflib
+
+    said = []
     if unknown:
-        raise TypeError(f"{fname}() got unexpected argument(s) {', '.join(unknown)}; "
-                        f"it takes {', '.join(params)}")
+        meant = {u: difflib.get_close_matches(u, missing, 1, 0.5)
+                 or [m for m in missing if m.lower() == u.lower()] for u in unknown}
+        hints = [f"{m[0]} for {u}" for u, m in meant.items() if m]
+        said.append(f"got unexpected argument(s) {', '.join(unknown)}"
+                    + (f" (did you mean {', '.join(hints)}?)" if hints else ""))
+    if missing:
+        said.append(f"is missing the argument(s) {', '.join(missing)}")
+    raise TypeError(f"{fname}() {' and '.join(said)}; it takes {', '.join(params)}")
+
+
+def keyword_signature(f, params) -> None:
+    """What help(), inspect.signature and Jupyter's ? show for the callable f: its keywords,
+    under their Python names where a symbol's is a keyword of Python's (lambda_, which f
+    takes as well as lambda)."""
+    import inspect
+
+    names = params.values() if isinstance(params, dict) else params
+    try:
+        f.__signature__ = inspect.Signature([inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY) for n in names])
+    except ValueError:  # (a name that is no identifier even so)
+        pass
+
+
+def by_name(fname: str, args: tuple, params) -> TypeError:
+    """The error of a call that gave arguments by position: which names to give them."""
+    names = params.values() if isinstance(params, dict) else params
+    return TypeError(f"{fname}{'' if fname.endswith(')') else '()'} takes its arguments by name, not position "
+                     f"({len(args)} given): {fname}({', '.join(f'{p}=…' for p in names)})")
 
 
 class Sizes:
@@ -108,13 +142,7 @@ class GradientFunction:
         self.user_shapes = user_shapes  # user name -> () / (n,) / (m, n)
         self._f = compile_function(source, fname, fixed_forms)  # (fixed: no forms picked by timing)
         self.emitted = self._f  # the emitted function itself: no argument checks, Python-safe names
-        import inspect  # what help(), inspect.signature and Jupyter's ? show: the keywords, the doc
-
-        try:
-            self.__signature__ = inspect.Signature([inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY)
-                                                    for n in params])
-        except ValueError:  # a name Python's syntax cannot have (lambda): passed as **{"lambda": …}
-            pass
+        keyword_signature(self, params)
         self.__doc__ = self._f.__doc__
         self._keys = set(params)
         self._same_names = all(k == v for k, v in params.items())
@@ -142,7 +170,7 @@ class GradientFunction:
     def convert(self, kwargs: dict) -> dict:
         import numpy as np
 
-        check_arguments(self.name, kwargs, self.params)
+        kwargs = check_arguments(self.name, kwargs, self.params)
         sizes = Sizes()
         out = {}
         for name, value in kwargs.items():
@@ -189,7 +217,9 @@ class GradientFunction:
             out[self.params[name]] = arr
         return out
 
-    def __call__(self, /, **kwargs):
+    def __call__(self, /, *args, **kwargs):
+        if args:
+            raise by_name(self.name, args, self.params)
         # fast path: float64 arrays of the right ranks under their own names
         if self._fast and kwargs.keys() == self._keys:
             nd = self._ndarray

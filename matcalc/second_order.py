@@ -547,7 +547,7 @@ class _LinearMap:
 
         from .function import check_arguments
 
-        check_arguments(self._fnames[key], values, self._gf.params)  # named as the product called
+        values = check_arguments(self._fnames[key], values, self._gf.params)  # named as the product called
         conv = self._convert(values)
         t = self._tangent_array(V, values, in_shape, what)
         out = self._fn(key)(t, **conv)

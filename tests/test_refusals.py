@@ -300,3 +300,21 @@ def test_a_shape_error_at_call_time_names_both_arguments_that_disagree():
         matcalc.hessian("G:(X@W)", "X").hvp(X, G=G, X=X, W=W)
     with pytest.raises(ShapeError, match=r"S has shape \(3, 4\), but its dimensions named n must be equal"):
         matcalc.derive("tr(S)", wrt="S", shapes={"S": ("n", "n")}).function(S=np.ones((3, 4)))
+
+
+def test_arguments_by_position_or_under_a_wrong_name_say_what_to_give():
+    import inspect
+
+    import numpy as np
+
+    d = matcalc.derive("lambda*sum(x*x)", wrt="x")
+    assert list(inspect.signature(d.function).parameters) == ["lambda_", "x"]
+    # lambda_, the name the signature and the emitted source give, is taken as lambda
+    np.testing.assert_allclose(d.function(lambda_=0.5, x=np.arange(3.0)), np.arange(3.0))
+    np.testing.assert_allclose(matcalc.hessian("lambda*sum(x*x*x)", "x").hvp(
+        np.ones(3), lambda_=0.5, x=np.arange(3.0)), 3 * np.arange(3.0))
+    with pytest.raises(TypeError, match=r"by name, not position \(2 given\): grad_x\(lambda_=…, x=…\)"):
+        d.function(0.5, np.ones(3))
+    with pytest.raises(TypeError, match=r"unexpected argument\(s\) X \(did you mean x for X\?\) and is missing "
+                                        r"the argument\(s\) x"):
+        d.function(lambda_=0.5, X=np.ones(3))
