@@ -396,7 +396,8 @@ class BackendFunction:
             raise by_name(self.name, args, self.params)
         kwargs = check_arguments(self.name, kwargs, self.params)
         check_shapes(self.name, kwargs, self.user_shapes)
-        if self.backend == "torch" and any(type(v).__module__ == "numpy" for v in kwargs.values()):
+        if self.backend == "torch" and any(type(v).__module__ == "numpy" or isinstance(v, (list, tuple))
+                                           for v in kwargs.values()):
             kwargs = from_numpy(kwargs)
         if self._same_names:
             return self.emitted(**kwargs)
@@ -404,15 +405,31 @@ class BackendFunction:
 
 
 def from_numpy(kwargs: dict) -> dict:
-    """For torch: NumPy arrays as CPU tensors (shared memory), NumPy scalars as floats."""
+    """For torch: NumPy arrays as CPU tensors (shared memory), nested lists as float64
+    tensors, NumPy scalars as floats."""
     import numpy as np
     import torch
 
     out = {}
     for k, v in kwargs.items():
+        if isinstance(v, (list, tuple)):
+            v = np.asarray(v, dtype=float)
         if isinstance(v, np.ndarray):
             v = torch.from_numpy(np.asarray(v, dtype=float) if v.dtype.kind != "f" else v)
         elif isinstance(v, np.generic):
             v = float(v)
         out[k] = v
     return out
+
+
+def common_float(kwargs: dict) -> dict:
+    """For torch: floating tensors of several dtypes (float32 beside float64) all in the
+    widest, as NumPy and the torch callables promote them (torch's products refuse mixed ones)."""
+    import torch
+
+    kinds = {v.dtype for v in kwargs.values() if isinstance(v, torch.Tensor) and v.is_floating_point()}
+    if len(kinds) < 2:
+        return kwargs
+    wide = max(kinds, key=lambda t: torch.finfo(t).bits)
+    return {k: v.to(wide) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+            for k, v in kwargs.items()}

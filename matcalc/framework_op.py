@@ -151,6 +151,10 @@ class MatcalcOp:
             raise by_name(f"op({self.expr})", args, self.names)
         kwargs = check_arguments(f"op({self.expr})", kwargs, self.names)
         check_shapes(f"op({self.expr})", kwargs, self.user_shapes)
+        if self.backend == "torch":
+            from .backends import common_float, from_numpy
+
+            kwargs = common_float(from_numpy(kwargs))
         return self.orientation.apply(self._fn(*[kwargs[n] for n in self.names]), kwargs)
 
     def __repr__(self):

@@ -175,6 +175,10 @@ class GradientFunction:
         out = {}
         for name, value in kwargs.items():
             shape = self.user_shapes[name]
+            if getattr(value, "requires_grad", False) and type(value).__module__.startswith("torch"):
+                raise TypeError(f"{name} is a torch tensor that requires grad, and this is a NumPy function: for "
+                                "torch's autograd use matcalc.op(expr) or d.callable('torch'), or pass "
+                                f"{name}.detach()")
             if np.iscomplexobj(value):
                 raise TypeError(f"{name} is complex; matcalc's functions take real numbers")
             if value is None or isinstance(value, (str, bytes)):  # (asarray(None, float) is nan)

@@ -246,3 +246,24 @@ def test_an_input_read_only_for_its_size_has_a_zero_backward():
     # G:(2X⁻ᵀ) = 2Gᵀ:X⁻¹, whose gradient in X is -2X⁻ᵀGᵀX⁻ᵀ
     np.testing.assert_allclose(X.grad.numpy(), -2 * Xi.T @ G.numpy().T @ Xi.T, rtol=1e-10)
     assert A.grad is not None and not A.grad.numpy().any()
+
+
+def test_torch_takes_lists_numpy_arrays_and_mixed_floats_as_the_callables_do():
+    # lists and NumPy arrays raised AttributeError ('list' object has no attribute
+    # 'is_floating_point'), float32 beside float64 torch's "must have the same dtype"
+    torch = pytest.importorskip("torch")
+    W, x = [[1.0, 2.0, 0.5], [3.0, 4.0, -1.0]], [1.0, -2.0, 3.0]
+    want = np.array(W) @ np.array(x)
+    op = matcalc.op("W@x", backend="torch")
+    for args in (dict(W=W, x=x), dict(W=np.array(W), x=np.array(x))):
+        np.testing.assert_allclose(op(**args).numpy(), want)
+    Wt = torch.tensor(W, dtype=torch.float32, requires_grad=True)
+    y = op(W=Wt, x=torch.tensor(x, dtype=torch.float64))
+    assert y.dtype == torch.float64
+    y.sum().backward()
+    assert Wt.grad.dtype == torch.float32
+    np.testing.assert_allclose(Wt.grad.numpy(), np.tile(x, (2, 1)))
+    d = matcalc.derive("sum(exp(W@x))", wrt="W")
+    np.testing.assert_allclose(d.callable("torch")(W=W, x=x).numpy(), np.outer(np.exp(want), x))
+    with pytest.raises(TypeError, match="W is a torch tensor that requires grad"):
+        d.function(W=Wt, x=np.array(x))
