@@ -238,7 +238,11 @@ class GradientFunction:
                 if all(kwargs[k1].shape[a1] == kwargs[k2].shape[a2] for k1, a1, k2, a2 in self._same_dims) \
                         and all(kwargs[k].shape[a] == d for k, a, d in self._fixed_dims):
                     return self._f(**kwargs)
+        kwargs = check_arguments(self.name, kwargs, self.params)
         out = self._f(**self.convert(kwargs))
+        if self.wrt is not None and self._out_shape is not None and len(self._out_shape) == 1 \
+                and self._np.ndim(kwargs[self.wrt]) == 2:  # a vector given as a column or row: so is its gradient
+            return self._np.reshape(out, self._np.shape(kwargs[self.wrt]))
         if self._out_shape is not None and any(d == 1 for d in self._out_shape):
             like = [self.wrt] if self.wrt is not None else self.given_like
             if like and len(self._out_shape) == 2 and all(self._np.ndim(kwargs[k]) == 1 for k in like):

@@ -173,3 +173,15 @@ def test_second_order_products_never_return_the_tangent():
     G, X = np.ones((4, 3)), np.zeros((3, 4))
     r = j.vjp(G, X=X)
     assert np.allclose(r, G.T) and not np.shares_memory(r, G)
+
+
+def test_the_gradient_of_a_vector_given_as_a_column_or_row_has_its_shape():
+    # as x.grad has x's shape in torch; it came back 1-D
+    d = matcalc.derive("sum(exp(A@x))", wrt="x")
+    rng = np.random.default_rng(0)
+    A, x = rng.standard_normal((2, 3)), rng.standard_normal(3)
+    want = A.T @ np.exp(A @ x)
+    for given in (x, x[:, None], x[None, :]):
+        g = d.function(A=A, x=given)
+        assert g.shape == given.shape
+        np.testing.assert_allclose(g.reshape(-1), want, rtol=1e-12)
