@@ -45,6 +45,9 @@ class CheckReport:
                 f"(tolerance {self.tolerance:.0e}) over {self.entries_checked} finite differences, "
                 f"{self.draws} random draws, {sizes}" + (f"; {self.message}" if self.message else ""))
 
+    def _repr_pretty_(self, printer, cycle):  # IPython and Jupyter show the sentence, as print() does
+        printer.text(str(self))
+
     def to_dict(self):
         return {"ok": self.ok, "max_rel_error": self.max_rel_error, "tolerance": self.tolerance,
                 "sizes": self.sizes, "domains": self.domains, "entries_checked": self.entries_checked,

@@ -611,6 +611,8 @@ def _report_class():
     class ExactReport(CheckReport):
         """The report of ``check(exact=True)``: entries verified, and how."""
 
+        __qualname__ = "ExactReport"  # (its repr's name, not _report_class.<locals>.ExactReport)
+
         def __str__(self):
             sizes = ", ".join(f"{k}={v}" for k, v in self.sizes.items()) or "none"
             if self.ok:

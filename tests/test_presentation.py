@@ -308,3 +308,20 @@ def test_a_number_one_rounding_away_from_a_short_one_prints_short():
     h = matcalc.hessian("exp(0.1*x.T@A@x)", "x")
     assert "0.01*" in h.text and "0.010000000000000002" not in h.text
     assert matcalc.derive("(0.1 + 0.2)*sum(x)", "x").text == "0.3"
+
+
+def test_a_check_report_shows_its_sentence_in_jupyter():
+    # Jupyter showed CheckReport(ok=True, max_rel_error=…) and _report_class.<locals>.ExactReport(…)
+    class Printer:
+        def __init__(self):
+            self.out = ""
+
+        def text(self, s):
+            self.out += s
+
+    d = matcalc.derive("x:x", "x")
+    for report in (d.check(), d.check(exact=True)):
+        p = Printer()
+        report._repr_pretty_(p, False)
+        assert p.out == str(report) and "check ok" in p.out
+        assert repr(report).startswith(type(report).__name__ + "(") and "<locals>" not in repr(report)
