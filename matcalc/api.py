@@ -494,6 +494,9 @@ def _scalar_hint(expr, typed, shapes, definitions, syntax, symmetric, wrt=()) ->
         if scalar_with({**shapes, name: ()}):
             return (f"; {name} is a vector by the spelling of its name: declared a number "
                     f"(shapes={{'{name}': ()}}, --shape {name}=scalar), it makes λ a scalar")
+    at = re.sub(r"(?<![*])\*(?![*])", "@", expr) if syntax == "matcalc" and "'" not in expr else expr
+    if at != expr and _scalar_text(at, shapes, definitions, syntax, symmetric):  # x.T*y: x.T@y meant
+        return f"; * is the entrywise product here: for the matrix product write {at.strip()}"
     if syntax == "matcalc" and ("*" in expr or "'" in expr) and scalar_with(shapes, "matlab"):
         return ("; * is the entrywise product here: write @ for the matrix product, or read the "
                 "question in MATLAB syntax (--syntax matlab, syntax='matlab')")

@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Print ∂λ/∂W and its shape for the scalar expression λ = EXPR.",
                        epilog='example: matcalc derive "alpha*(exp(W@x+c)-W@x-c+m*m-1):1" --wrt W --steps')
     d.add_argument("expr", metavar="EXPR", help="the expression, e.g. 'G:exp(X@W)'")
-    d.add_argument("--wrt", action="append", required=True, metavar="NAME",
+    d.add_argument("--wrt", action="append", required=True, metavar="NAME", type=str.strip,
                    help="the variable (repeat for several)")
     d.add_argument("--shape", action="append", default=[], metavar="NAME=DIMS",
                    help="declare a shape: W=a,b  x=b  alpha=scalar  (ints allowed: W=n,3)")
@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the language of EXPR and --let: matcalc (default: * entrywise, @ the matrix "
                         "product) or matlab (matrixcalculus.org: * the matrix product, .* entrywise, ' "
                         "transpose); results print in it")
-    d.add_argument("--sym", action="append", default=[], metavar="NAME",
+    d.add_argument("--sym", action="append", default=[], metavar="NAME", type=str.strip,
                    help="NAME is a symmetric matrix: its gradient is sym(G) = (G + Gᵀ)/2 (repeat for several)")
     d.add_argument("--at", action="append", default=[], metavar="NAME=VALUE",
                    help="evaluate the gradient at numbers: a number or a nested list per symbol, "
@@ -209,8 +209,9 @@ def parse_at(items) -> dict:
         if depth > 2:  # (json.loads would recurse that deep)
             raise DeriveError(f"--at {name}: {value.strip()[:60]!r} nests lists {depth} deep; an argument "
                               "is a number, a vector [1, 2] or a matrix [[1, 2], [3, 4]]")
-        try:
-            v = json.loads(value)
+        try:  # (nan, inf and -inf as JSON's NaN, Infinity and -Infinity, in any case)
+            v = json.loads(re.sub(r"(?i)\b(nan|inf(inity)?)\b",
+                                  lambda m: "NaN" if m.group(1).lower() == "nan" else "Infinity", value))
         except ValueError:
             raise DeriveError(f"--at {name}: {value.strip()[:60]!r} is not a number or a nested list of "
                               "numbers (like [[1, 2], [3, 4]])") from None

@@ -1082,9 +1082,11 @@ def jacobian(expr: str, wrt, shapes: dict | None = None, definitions: dict | Non
     if symmetric:
         typed = _use_symmetry(typed, symmetric)
     if typed.expr.shape == ir.SCALAR:
+        names = wrt if isinstance(wrt, (list, tuple)) else [wrt]
         warnings.warn(NotationWarning(
-            "the expression is a scalar: its Jacobian is the 1×N row, the transpose of the "
-            "gradient (matcalc derive / matcalc.derive gives the gradient in W's shape)"), stacklevel=2)
+            "the expression is a scalar: its Jacobian is the 1×N row, the transpose of the gradient "
+            f"(matcalc derive / matcalc.derive gives the gradient in {' and '.join(map(str, names))}'s shape)"),
+            stacklevel=2)
     if isinstance(wrt, (list, tuple)):
         if not wrt:
             raise DeriveError("wrt is empty: name at least one symbol")
@@ -1181,7 +1183,7 @@ def add_cli_parsers(sub) -> None:
         p = sub.add_parser(name, help=what, description=f"Print {what}, and its vec (Kronecker) form.",
                            epilog="example: " + example)
         p.add_argument("expr", metavar="EXPR", help="the expression")
-        p.add_argument("--wrt", action="append", required=True, metavar="NAME",
+        p.add_argument("--wrt", action="append", required=True, metavar="NAME", type=str.strip,
                        help="the variable (repeat for several" + (": every block (Wi, Wj))" if name == "hessian" else ")"))
         p.add_argument("--shape", action="append", default=[], metavar="NAME=DIMS",
                        help="declare a shape: W=a,b  x=b  alpha=scalar  (ints allowed: W=n,3)")
@@ -1204,7 +1206,7 @@ def add_cli_parsers(sub) -> None:
                        help="the dense matrix at numbers: a number or a nested list per symbol, "
                             "e.g. --at x=[1,2] --at A=[[1,0],[0,1]]")
         p.add_argument("--json", action="store_true", help="print one JSON object per variable (block)")
-        p.add_argument("--sym", action="append", default=[], metavar="NAME",
+        p.add_argument("--sym", action="append", default=[], metavar="NAME", type=str.strip,
                        help="NAME is a symmetric matrix: " + ("the gradient is sym(G) and its block is the Hessian"
                                                               if name == "hessian" else "the Jacobian is the one")
                        + " along symmetric dNAME (repeat for several)")

@@ -283,3 +283,16 @@ def test_the_output_of_code_is_a_module_that_imports(tmp_path):
     exec(compile(r.stdout, str(tmp_path / "hess.py"), "exec"), module)
     A = rng.standard_normal((3, 3))
     np.testing.assert_allclose(module["hessian_x"](x=np.ones(3), A=A), A + A.T, rtol=1e-12)
+
+
+def test_small_cli_spellings(capsys):
+    # --wrt " x" was an unknown symbol; --at alpha=nan refused while alpha=NaN was taken;
+    # x.T*y got no hint that @ was meant; the note on a scalar's Jacobian said "W's shape" for x
+    code, out, err = run(capsys, "derive", "alpha*sum(x)", "--wrt", " x", "--at", "alpha=inf", "--at", "x=[1, 2]")
+    assert code == 0 and "[inf inf]" in out, err
+    code, out, err = run(capsys, "derive", "alpha*sum(x)", "--wrt", "x", "--at", "alpha=nan", "--at", "x=[1, 2]")
+    assert code == 0 and "[nan nan]" in out, err
+    code, out, err = run(capsys, "derive", "x.T*A*x", "--wrt", "x")
+    assert code == 2 and "for the matrix product write x.T@A@x" in err
+    code, out, err = run(capsys, "jacobian", "x:x", "--wrt", "x")
+    assert code == 0 and "the gradient in x's shape" in err
