@@ -381,6 +381,15 @@ def _tex_escape(s: str) -> str:
              .replace("#", "\\#").replace("&", "\\&").replace("$", "\\$"))
 
 
+class Results(dict):
+    """The results of one question for several variables (derive, hessian and jacobian with a
+    list of wrt), by variable (by pair for a Hessian's blocks): a dict, which Jupyter shows as
+    each result in turn."""
+
+    def _repr_markdown_(self):
+        return "\n\n".join(v._repr_markdown_() for v in self.values())
+
+
 def shape_str(shape) -> str:
     if len(shape) == 0:
         return "scalar"
@@ -419,7 +428,7 @@ def derive(expr: str, wrt, shapes: dict | None = None, definitions: dict | None 
         if not wrt:
             raise DeriveError("wrt is empty: name at least one symbol")
         typed = _typed(expr, shapes, definitions, syntax, symmetric, wrt)
-        return {w: _derive_one(expr, typed, w, **options) for w in wrt}
+        return Results({w: _derive_one(expr, typed, w, **options) for w in wrt})
     return _derive_one(expr, _typed(expr, shapes, definitions, syntax, symmetric, (wrt,)), wrt, **options)
 
 

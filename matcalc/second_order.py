@@ -18,7 +18,7 @@ import warnings
 from functools import cached_property
 
 from . import ir
-from .api import MAX_TREE, _typed_any, as_text, differential_free
+from .api import MAX_TREE, Results, _typed_any, as_text, differential_free
 from .adjoint import Step, pullback
 from .differential import differential
 from .errors import DeriveError, NotationWarning, ShapeError, not_in_expression, with_notes
@@ -858,7 +858,8 @@ class Hessian(_LinearMap):
                 f"\\, \\partial \\operatorname{{vec}} {tex_name(self.wrt_j)}}}")
 
     def _head_latex(self):
-        return (f"H[\\mathrm{{d}}{tex_name(self.wrt)}] = {self.latex}\\quad \\text{{matrix }} "
+        block = "" if self.diagonal else f"_{{{tex_name(self.wrt_i)} {tex_name(self.wrt_j)}}}"  # (a block Hᵢⱼ)
+        return (f"H{block}[\\mathrm{{d}}{tex_name(self.wrt)}] = {self.latex}\\quad \\text{{matrix }} "
                 f"{_size_tex(self.out_shape)} \\times {_size_tex(self.shape)}")
 
     def derivation_lines(self) -> list[str]:
@@ -1090,7 +1091,7 @@ def jacobian(expr: str, wrt, shapes: dict | None = None, definitions: dict | Non
     if isinstance(wrt, (list, tuple)):
         if not wrt:
             raise DeriveError("wrt is empty: name at least one symbol")
-        return {w: _jacobian_one(expr, typed, w, symmetric) for w in wrt}
+        return Results({w: _jacobian_one(expr, typed, w, symmetric) for w in wrt})
     return _jacobian_one(expr, typed, wrt, symmetric)
 
 
@@ -1156,7 +1157,7 @@ def hessian(expr: str, wrt, shapes: dict | None = None, definitions: dict | None
     derivs = {w: _derive_one(expr, typed, w, symmetric=symmetric) for w in names}
     if not isinstance(wrt, (list, tuple)):
         return _hessian_block(derivs[wrt], wrt, typed, symmetric)
-    return {(wi, wj): _hessian_block(derivs[wi], wj, typed, symmetric) for wi in names for wj in names}
+    return Results({(wi, wj): _hessian_block(derivs[wi], wj, typed, symmetric) for wi in names for wj in names})
 
 
 def _hessian_block(d, wj, typed, symmetric=()) -> Hessian:

@@ -325,3 +325,16 @@ def test_a_check_report_shows_its_sentence_in_jupyter():
         report._repr_pretty_(p, False)
         assert p.out == str(report) and "check ok" in p.out
         assert repr(report).startswith(type(report).__name__ + "(") and "<locals>" not in repr(report)
+
+
+def test_several_results_show_each_in_jupyter():
+    # derive, hessian and jacobian with several wrt returned plain dicts: Jupyter showed reprs
+    for results in (matcalc.derive("G:exp(X@W)", wrt=["X", "W"]), matcalc.jacobian("X@W", wrt=["X", "W"]),
+                    matcalc.hessian("sum(exp(X@W))", wrt=["X", "W"])):
+        assert isinstance(results, dict) and len(results) >= 2
+        md = results._repr_markdown_()
+        for r in results.values():
+            assert r._repr_markdown_() in md
+    blocks = matcalc.hessian("sum(exp(X@W))", wrt=["X", "W"])
+    assert blocks["X", "W"]._repr_latex_().startswith("$H_{X W}[\\mathrm{d}W] =")  # (H[dW] as the W, W block)
+    assert blocks["W", "W"]._repr_latex_().startswith("$H[\\mathrm{d}W] =")
