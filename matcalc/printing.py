@@ -199,6 +199,10 @@ class TextPrinter:
         if op == "mul":
             negative, pos = _neg_split(e, self.names, self.signs)
             fs = pos.args if pos.op == "mul" else (pos,)
+            if sum(f.op == "dim" for f in fs) > 1:
+                fs = self.whole_sizes(fs)
+                if len(fs) == 1 and not negative:
+                    return self.visit(fs[0])
             if len(fs) == 2 and fs[0].op == "const" and fs[1].op == "div" and fs[1].args[0].op == "const" \
                     and fs[1].args[0].attr == 1.0 and fs[1].args[0] not in self.names:  # c*(1/x) prints as c/x
                 s = f"{self.wrap(fs[0], PROD)}/{self.wrap(fs[1].args[1], PROD, strict=True)}"
@@ -271,10 +275,27 @@ class TextPrinter:
         k = scale[0] if len(scale) == 1 else ir.mul(*scale)
         return ones if k.op == "const" and k.attr == 1.0 else f"{self.wrap(k, PROD)}*{ones}"
 
+    def whole_sizes(self, fs) -> tuple:
+        """The factors of a product with the two sizes of a matrix X side by side as one, which
+        prints as size(X)."""
+        fs = list(fs)
+        for i, f in enumerate(fs):
+            for j, g in enumerate(fs):
+                if f.op == g.op == "dim" and i != j and ("size", f.attr, g.attr) in self.dims \
+                        and f not in self.names and g not in self.names:
+                    fs[i] = Expr("dim", (), f"{f.attr}*{g.attr}", SCALAR)
+                    del fs[j]
+                    return self.whole_sizes(fs)
+        return tuple(fs)
+
     def dim(self, d) -> str:
         """A dimension's size as matcalc text: size(x, 0) of a symbol that has it, a number,
-        or a product of them (the length of vec(X))."""
-        text = ir.size_expr(d, {k: f"size({name}, {axis})" for k, (name, axis) in self.dims.items()},
+        or a product of them (the length of vec(X)), size(X) where they are X's two sizes."""
+        whole = self.dims.get(("size",) + tuple(ir.dim_factors(d))) if isinstance(d, str) else None
+        if whole is not None:
+            return f"size({whole[0]})"
+        text = ir.size_expr(d, {k: f"size({name}, {axis})" for k, (name, axis) in self.dims.items()
+                                if isinstance(k, str)},
                             lambda a, b: f"{a}/({b})" if "*" in b else f"{a}/{b}",
                             lambda parts: "*".join(f"({p})" if "/" in p else p for p in parts))
         return f"size({d})" if text is None else text
@@ -310,12 +331,16 @@ def _ones_side(e: Expr, printer, ones: str):
 
 
 def dim_sources(symbols: dict) -> dict:
-    """dimension -> (symbol name, axis) for the symbols of an expression (name -> sym node)."""
+    """dimension -> (symbol name, axis) for the symbols of an expression (name -> sym node),
+    and ("size", rows, cols) -> (a matrix of that shape, None): the product of its sizes
+    prints as size(X)."""
     out: dict = {}
     for name, node in symbols.items():
         for axis, d in enumerate(node.shape):
             if isinstance(d, str):
                 out.setdefault(d, (name, axis))
+        if all(isinstance(d, str) and "*" not in d for d in node.shape):
+            out.setdefault(("size",) + node.shape, (name, None))
     return out
 
 

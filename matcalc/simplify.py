@@ -1139,7 +1139,16 @@ def s_frob(a: Expr, b: Expr) -> Expr:
             rest = x.args[1] if len(x.args) == 2 else Expr("mul", x.args[1:], None, x.shape)
             if rest.shape == x.shape:
                 return s_mul(const(-1.0), s_frob(rest, b) if i == 0 else s_frob(a, rest))
+    if a.shape[0] == b.shape[0] == 1 and a.shape[1] != 1:  # rows: uᵀ:vᵀ = u:v (xᵀAᵀ:xᵀ = Ax:x), with fewer ᵀ
+        ta, tb = s_T(a), s_T(b)
+        if _transposes(ta) + _transposes(tb) < _transposes(a) + _transposes(b):
+            return s_frob(ta, tb)
     return Expr("frob", (a, b), None, SCALAR)
+
+
+def _transposes(e: Expr) -> int:
+    """How many transposes e's tree shows."""
+    return sum(n.op == "T" for n in ir.walk(e))
 
 
 def _fold_blocks(name: str, C: Expr, M: Expr, shape):
