@@ -1102,6 +1102,14 @@ def typecheck(ast: Node, source: str, declared: dict | None = None,
     # the symbols the question uses: those of the expression and of the definitions it uses
     # (one only in a definition nothing uses takes no argument: its name is kept apart)
     in_use = t.names_used(ast)
+    for name in definitions or ():  # a definition nothing uses, beside a symbol of a like name: a typo
+        close = [] if name in in_use else [s for s in in_use if s in t.sym_shape and s not in (declared or {})
+                                           and (s.lower() == name.lower() or difflib.get_close_matches(name, [s]))]
+        if close:
+            from .errors import NotationWarning
+
+            t.notes.append(NotationWarning(f"the definition of {name} is not used by the expression (did you mean "
+                                           f"{close[0]}, which is a symbol there?)"))
     apart = [k for k in t.sym_shape if k not in in_use]
     user_shapes, syms = t.finish([k for k in t.sym_shape if k in in_use] + apart)
     for name, d_ast, text in parsed:

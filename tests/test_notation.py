@@ -134,3 +134,15 @@ def test_every_spelling_of_a_greek_letter_is_a_number(name):
     assert d.user_shapes[name] == () and d.shape == ()
     x = np.array([0.5, 1.0, 3.0])
     assert d.function(x=x, **{name: 0.25}) == pytest.approx(np.sum(1 / (x + 0.25)), rel=1e-12)
+
+
+def test_a_definition_nothing_uses_beside_a_symbol_of_a_like_name_is_noted():
+    with pytest.warns(matcalc.NotationWarning, match="the definition of l is not used by the expression "
+                                                     r"\(did you mean L"):
+        d = matcalc.derive("sum(exp(L))", "L", definitions={"l": "W@x"})
+    assert d.text == "exp(L)"
+    import warnings
+
+    with warnings.catch_warnings():  # one dict of definitions for several questions: no note
+        warnings.simplefilter("error")
+        matcalc.derive("sum(exp(x))", "x", definitions={"z": "W@x"})
