@@ -189,7 +189,7 @@ class Derivation:
         if not self.steps:
             lines.append(f"d{L} = 0    [{L} does not change with {self.wrt}]")
         lines.append(f"∂{L}/∂{self.wrt} = {self.short_text}")
-        lines.append(f"shape {self.shape_text}: {self.shape_reason}")
+        lines.append(f"shape: {self.shape_text}; {self.shape_reason}")
         if self.symmetric_note:
             lines.append(self.symmetric_note)
         return lines
