@@ -309,11 +309,68 @@ def _stable_form(e: Expr) -> Expr:
     if e.op == "log" and e.args[0].op == "cosh":  # log cosh z = |z| + softplus(−2|z|) − log 2
         a = ir.func("abs", e.args[0].args[0])
         return ir.add(a, ir.func("softplus", ir.mul(ir.const(-2.0), a)), ir.const(-math.log(2.0)))
+    unit = _unit_vectors(e)
+    if unit is not None:
+        return unit
     if e.op == "div" and e.args[0].op == "exp" and _c_plus_exp(e.args[1]):
         c, z = _c_plus_exp(e.args[1])
         if z == e.args[0].args[0]:
             return ir.func("sigmoid", z if c == 1.0 else ir.add(z, ir.const(-math.log(c))))
     return e
+
+
+def _unit_vectors(e: Expr):
+    """p/‖z‖ᵏ with p of degree c ≤ k in z (z only in products, linear functions and sums of
+    terms of one degree) as p with z/‖z‖ for z, over ‖z‖ᵏ⁻ᶜ: the same value, and finite
+    where ‖z‖ᵏ or p overflow or underflow (the Hessian of ‖x‖ at x of 1e±150 was inf or nan:
+    (x:dx)x/‖x‖² is (u:dx)u, u = x/‖x‖); else None."""
+    if e.op != "div":
+        return None
+    num, den = e.args
+    if den.op == "norm2":
+        z, k = den.args[0], 1.0
+    elif den.op == "pow" and den.args[0].op == "norm2" and den.args[1].op == "const" \
+            and den.args[1].attr >= 1 and float(den.args[1].attr).is_integer():
+        z, k = den.args[0].args[0], den.args[1].attr
+    else:
+        return None
+    c = _degree(num, z, {})
+    if not c or c > k or num is z:
+        return None
+    norm = ir.func("norm2", z)
+    u = ir.div(z, norm)
+    top = ir.rebuild([num], lambda n: u if n == z else n)[0]
+    return top if c == k else ir.div(top, norm if k - c == 1 else ir.power(norm, ir.const(k - c)))
+
+
+_LINEAR = ("T", "sum", "tr", "vec", "unvec", "diag", "Diag")  # functions linear in their one argument
+
+
+def _degree(e: Expr, z: Expr, memo: dict):
+    """The degree of e in z where e is a product of factors linear in z (z itself, a linear
+    function of such), a sum of terms of one degree, or a quotient by something without z;
+    0 without z; None otherwise (z inside exp, a sum of unlike degrees, …)."""
+    if e is z:
+        return 1
+    if e in memo:
+        return memo[e]
+    out = None
+    if not e.args:
+        out = 0
+    elif e.op in ("mul", "matmul", "frob", "kron"):
+        ds = [_degree(a, z, memo) for a in e.args]
+        out = None if None in ds else sum(ds)
+    elif e.op in _LINEAR:
+        out = _degree(e.args[0], z, memo)
+    elif e.op == "div":
+        out = _degree(e.args[0], z, memo) if _degree(e.args[1], z, memo) == 0 else None
+    elif e.op == "add":
+        ds = {_degree(a, z, memo) for a in e.args}
+        out = ds.pop() if len(ds) == 1 else None
+    elif all(_degree(a, z, memo) == 0 for a in e.args):
+        out = 0
+    memo[e] = out
+    return out
 
 
 def _log_terms_spread(e: Expr):

@@ -55,3 +55,21 @@ def test_gelu_in_the_frameworks_stays_exact_far_on_the_negative_side(backend):
     np.testing.assert_allclose(np.asarray(f(x=x, y=np.ones(4))), want, rtol=1e-12)
     g = matcalc.derive("sum(gelu(x))", wrt="x").callable(backend)
     np.testing.assert_allclose(np.asarray(g(x=x)), [float(_gelu_prime(v)) for v in x], rtol=1e-12)
+
+
+@pytest.mark.parametrize("scale", [1e150, 1e-150, 1e160, 1e-200, 1.0])
+def test_the_hessian_of_a_norm_stays_finite_at_large_and_small_scales(scale):
+    # (x:dx)x/‖x‖² and xxᵀ/‖x‖³ overflowed or underflowed: inf, nan or 0 at ‖x‖ of 1e±150;
+    # H = (I − uuᵀ)/‖x‖ with u = x/‖x‖, in exact arithmetic (mpmath)
+    x = np.array([3.0, -4.0, 12.0]) * scale
+    mpmath.mp.dps = 50
+    xs = [mpmath.mpf(float(v)) for v in x]
+    n = mpmath.sqrt(sum(v * v for v in xs))
+    want = np.array([[float(((1 if i == j else 0) - xs[i] * xs[j] / n ** 2) / n) for j in range(3)]
+                     for i in range(3)])
+    h = matcalc.hessian("norm2(x)", "x")
+    np.testing.assert_allclose(h.matrix(x=x), want, rtol=1e-13, atol=0)
+    np.testing.assert_allclose(h.hvp(np.array([1.0, 2.0, -1.0]), x=x), want @ [1.0, 2.0, -1.0], rtol=1e-13)
+    g = matcalc.hessian("norm2(A@x - y)", "x")
+    A, y = np.eye(3), np.zeros(3)
+    np.testing.assert_allclose(g.hvp(np.array([1.0, 2.0, -1.0]), A=A, x=x, y=y), want @ [1.0, 2.0, -1.0], rtol=1e-13)
