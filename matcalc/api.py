@@ -341,9 +341,14 @@ class Derivation:
         every run); a defined wrt is an argument."""
         from .codegen import function_source, module_source
 
-        src, params = function_source("value", optimize([simplify(self.lam)]), list(self.user_shapes),
+        src, params = function_source("value", self._value_ir, list(self.user_shapes),
                                       self.symbols, "λ", optimized=True, declared=self.user_shapes)
         return GradientFunction(module_source([src]), "value", params, self.user_shapes, fixed_forms=True)
+
+    @cached_property
+    def _value_ir(self) -> list:
+        """λ as value_function computes it."""
+        return optimize([simplify(self.lam)])
 
     def check(self, seed: int = 0, tol: float = 1e-5, draws: int = 2, domain: dict | None = None,
               sizes: dict | None = None, exact: bool = False):
@@ -357,7 +362,8 @@ class Derivation:
 
         return gradient_check(self.value_function, self._check_function, self.wrt, self.user_shapes,
                               self.symbols, ir.add(self.lam, self._source_expr), self.symmetric,
-                              seed=seed, tol=tol, draws=draws, domain=domain, sizes=sizes)
+                              seed=seed, tol=tol, draws=draws, domain=domain, sizes=sizes,
+                              reads={n.attr for n in ir.symbols(self._value_ir[0])})
 
     def to_dict(self, check=None) -> dict:
         out = {"wrt": self.wrt, "expr": self.expr, "gradient": self.text, "latex": self.latex,
@@ -503,13 +509,34 @@ def _scalar_hint(expr, typed, shapes, definitions, syntax, symmetric, wrt=()) ->
         if scalar_with({**shapes, name: ()}):
             return (f"; {name} is a vector by the spelling of its name: declared a number "
                     f"(shapes={{'{name}': ()}}, --shape {name}=scalar), it makes λ a scalar")
-    at = re.sub(r"(?<![*])\*(?![*])", "@", expr) if syntax == "matcalc" and "'" not in expr else expr
-    if at != expr and _scalar_text(at, shapes, definitions, syntax, symmetric):  # x.T*y: x.T@y meant
+    at = _at_for_star(expr, lambda text: _scalar_text(text, shapes, definitions, syntax, symmetric), start) \
+        if syntax == "matcalc" and "'" not in expr else None
+    if at is not None:  # x.T*A*x: x.T@A@x meant
         return f"; * is the entrywise product here: for the matrix product write {at.strip()}"
     if syntax == "matcalc" and ("*" in expr or "'" in expr) and scalar_with(shapes, "matlab"):
         return ("; * is the entrywise product here: write @ for the matrix product, or read the "
                 "question in MATLAB syntax (--syntax matlab, syntax='matlab')")
     return ""
+
+
+def _at_for_star(expr: str, scalar, start: float, most: int = 6):
+    """The text with the fewest of its entrywise * written @ that makes λ a scalar (x.T*A*x:
+    x.T@A@x; 2*x.T*y: 2*x.T@y, the number's * kept), or None; tries subsets of at most
+    ``most`` stars, within about 0.2 s of ``start``."""
+    import itertools
+    from time import perf_counter
+
+    stars = [m.start() for m in re.finditer(r"(?<![*])\*(?![*])", expr)]
+    if not stars or len(stars) > most:
+        return None
+    for k in range(1, len(stars) + 1):
+        for chosen in itertools.combinations(stars, k):
+            if perf_counter() - start > 0.2:
+                return None
+            text = "".join("@" if i in chosen else ch for i, ch in enumerate(expr))
+            if scalar(text):
+                return text
+    return None
 
 
 def _colon_reading(expr: str, syntax: str):
@@ -679,6 +706,7 @@ class ValueAndGrad:
                                       shaped_like=[None] + names)
         self.numpy_source = module_source([src])
         self.function = GradientFunction(self.numpy_source, "value_and_grad", params, self.user_shapes)
+        self.function.grads_like = tuple(n for n in names if n in self.user_shapes)
         self._emit_args = (outputs, doc, returns)
 
     def source(self, backend: str = "numpy") -> str:

@@ -396,9 +396,8 @@ class BackendFunction:
             raise by_name(self.name, args, self.params)
         kwargs = check_arguments(self.name, kwargs, self.params)
         check_shapes(self.name, kwargs, self.user_shapes)
-        if self.backend == "torch" and any(type(v).__module__ == "numpy" or isinstance(v, (list, tuple))
-                                           for v in kwargs.values()):
-            kwargs = from_numpy(kwargs)
+        if self.backend == "torch":
+            kwargs = torch_inputs(kwargs)
         if self._same_names:
             return self.emitted(**kwargs)
         return self.emitted(**{self.params[k]: v for k, v in kwargs.items()})
@@ -420,6 +419,12 @@ def from_numpy(kwargs: dict) -> dict:
             v = float(v)
         out[k] = v
     return out
+
+
+def torch_inputs(kwargs: dict) -> dict:
+    """For torch: NumPy arrays and lists as tensors (from_numpy), floating tensors in one
+    dtype (common_float)."""
+    return common_float(from_numpy(kwargs))
 
 
 def common_float(kwargs: dict) -> dict:

@@ -192,17 +192,17 @@ def random_inputs(user_shapes: dict, domains: dict, sizes: dict, rng) -> dict:
 
 def finite_difference_check(f, grad, inputs: dict, wrt: str, rng, h: float = 1e-6,
                             max_entries: int = 40, directions: int = 3, symmetric: bool = False,
-                            tol: float = 1e-5):
+                            tol: float = 1e-5, constant: bool = False):
     """(max relative error, number of comparisons) of grad against central differences of f.
     ``symmetric``: wrt is a symmetric matrix, perturbed only along symmetric directions
-    (Eᵢⱼ + Eⱼᵢ), where λ's change is G:dS."""
+    (Eᵢⱼ + Eⱼᵢ), where λ's change is G:dS.  ``constant``: f does not read wrt (_judge)."""
     x0 = inputs[wrt]
     G = np.asarray(grad(**inputs), dtype=float)
     base = np.asarray(x0, dtype=float)
     if G.shape != base.shape:
         return float("inf"), 0, f"the gradient has shape {G.shape}, {wrt} has {base.shape}"
     if symmetric:
-        return _symmetric_fd(f, G, inputs, wrt, base, rng, h, max_entries, directions, tol)
+        return _symmetric_fd(f, G, inputs, wrt, base, rng, h, max_entries, directions, tol, constant)
 
     def at(x):
         args = dict(inputs)
@@ -228,7 +228,7 @@ def finite_difference_check(f, grad, inputs: dict, wrt: str, rng, h: float = 1e-
         return float("inf"), len(fd), "non-finite values"
     scale = max(float(np.max(np.abs(fd))), float(np.max(np.abs(an))), float(np.max(np.abs(G))) if G.size else 0.0)
     return _judge(np.max(np.abs(fd - an)), fd, scale, _noise(at, base, h), tol,
-                  lambda k: _central(at, base, moves, k))
+                  lambda k: _central(at, base, moves, k), constant)
 
 
 def _central(at, base, moves, k: float = 1.0) -> np.ndarray:
@@ -242,13 +242,15 @@ def _central(at, base, moves, k: float = 1.0) -> np.ndarray:
 ZERO = 1e-12  # a gradient, a Hessian or a Jacobian whose entries are all below this is 0
 
 
-def _judge(err: float, fd, signal: float, noise: float, tol: float, differences):
+def _judge(err: float, fd, signal: float, noise: float, tol: float, differences, constant: bool = False):
     """_compare; and where that fails, again with the differences' own spread (against those
     over twice the step, differences(2)) counted as noise: λ's rounding that no small step
     shows (logsumexp(X) − logsumexp(Xᵀ), sums of the same terms in two orders) fails nothing.
-    A zero gradient and zero differences are "zero" where they are (_zero)."""
+    A zero gradient and zero differences are "zero" where the noise could not hide a gradient
+    above ZERO, or where λ does not read the variable at all (``constant``: 1000 + 0·X; 1e15 +
+    wᵀx has zero differences at small steps too, and does read w)."""
     if signal < ZERO:
-        return (0.0, len(fd), "zero") if _zero(noise, differences) else (float("inf"), len(fd), "unmeasurable")
+        return (0.0, len(fd), "zero") if noise <= ZERO or constant else (float("inf"), len(fd), "unmeasurable")
     out = _compare(err, signal, noise, tol, len(fd))
     if out[2] != "unmeasurable" and out[0] > tol:
         spread = float(np.max(np.abs(fd - differences(2.0))))
@@ -256,31 +258,32 @@ def _judge(err: float, fd, signal: float, noise: float, tol: float, differences)
     return out
 
 
-def _zero(noise: float, differences) -> bool:
-    """Whether differences below ZERO, with this noise, say that λ does not change: where the
-    noise is below ZERO too; and where it is not (λ = 1000, or 1e15 + wᵀx: changes below λ's
-    rounding vanish at small steps), where the differences over a step long enough for λ's
-    rounding over it to be ZERO (differences(k): over k times the step) are below ZERO as
-    well: 1e15 + wᵀx changes there, a constant does not."""
-    if noise <= ZERO:
-        return True
-    far = differences(noise / ZERO)
-    return bool(np.all(np.isfinite(far)) and np.max(np.abs(far), initial=0.0) < ZERO)
+def smooth(root) -> bool:
+    """Whether every function in the expression is smooth (no relu, abs, sign, norm…): a
+    longer step could straddle a kink of one that is not (longer_steps)."""
+    return all(REGISTRY[n.op].smooth for n in ir.walk(root) if n.op in REGISTRY)
 
 
-def longer_steps(compare, h: float = 1e-6, longer=(1e2, 1e4)):
+LONGER = (1e2, 1e4)  # the steps longer_steps tries, as multiples of the first
+
+
+def longer_steps(compare, tol: float, h: float = 1e-6, longer=LONGER, kinks: bool = False):
     """compare(h) -> (error, comparisons, note); where the differences over h were λ's
     rounding ("unmeasurable": λ's rounding over h could hide 1% of what they measure, as in
     1e8 + X:X), compare(h·k) for the longer steps in turn: the rounding shrinks as 1/h, and a
     step too long for λ's curvature shows as the spread of the differences over h·k and 2h·k,
-    which _judge counts as noise.  A longer step that leaves λ's domain (a non-finite value)
-    ends the search; the draw then tested nothing."""
+    which _judge counts as noise.  A longer step only ever passes: where it fails (λ that
+    oscillates faster than the step: 1e12 + sin(500α), whose differences over h·k and 2h·k can
+    agree far from the derivative) or leaves λ's domain, the draw tested nothing.  Where λ
+    has ``kinks`` (not smooth), a longer step, which could straddle one, only says "zero"
+    (differences below ZERO: a step across a kink shows its jump)."""
     out = compare(h)
     for k in longer:
         if out[2] != "unmeasurable":
             break
         again = compare(h * k)
-        if again[2] == "non-finite values":
+        if again[2] != "unmeasurable" and (again[2] == "non-finite values" or again[0] > tol
+                                           or kinks and again[2] != "zero"):
             break
         out = again
     return out
@@ -322,16 +325,16 @@ def _compare(err: float, signal: float, noise: float, tol: float, n: int):
 def _scale(signal: float, noise: float, tol: float):
     """(what an error is relative to, a note): the signal, where the differences' noise is
     below the tolerance; noise/tol and a note (COARSE) where it is above but below 1% of the
-    signal; None where it could hide 1% of the signal itself (λ a difference of much larger
+    signal; None where it could hide 1% of the signal itself, with a margin of 2 (λ a difference of much larger
     terms, 1e10 + wᵀx, det(AXB) ≡ 0 at sizes where AXB is singular): that draw tests nothing."""
-    if noise > 0.01 * signal:
+    if noise > 0.005 * signal:  # (half of 1%: an error of 1% is always seen)
         return None
     if noise > tol * signal:
         return noise / tol, COARSE.format(noise / signal)
     return signal, ""
 
 
-def _symmetric_fd(f, G, inputs, wrt, base, rng, h, max_entries, directions, tol):
+def _symmetric_fd(f, G, inputs, wrt, base, rng, h, max_entries, directions, tol, constant=False):
     n = base.shape[0]
 
     def at(x):
@@ -358,7 +361,8 @@ def _symmetric_fd(f, G, inputs, wrt, base, rng, h, max_entries, directions, tol)
     scale = max(float(np.max(np.abs(fd))), float(np.max(np.abs(an))), float(np.max(np.abs(G))))
     # G:V only sees G's symmetric part: the gradient must also be symmetric itself
     err = max(float(np.max(np.abs(fd - an))), float(np.max(np.abs(G - G.T))))
-    return _judge(err, fd, scale, _noise(at, base, h, symmetric=True), tol, lambda k: _central(at, base, moves, k))
+    return _judge(err, fd, scale, _noise(at, base, h, symmetric=True), tol, lambda k: _central(at, base, moves, k),
+                  constant)
 
 
 ALL_ZERO = "the gradient and the finite differences were zero on every draw"
@@ -453,16 +457,18 @@ def _or_nan(f, inputs):
 
 def gradient_check(value_function, gradient, wrt: str, user_shapes: dict, symbols: dict, lam,
                    symmetric=(), seed: int = 0, tol: float = 1e-5, draws: int = 2, domain: dict | None = None,
-                   sizes: dict | None = None) -> CheckReport:
+                   sizes: dict | None = None, reads=None) -> CheckReport:
     """The check policy: ``gradient`` (a function of every symbol) against central finite
     differences of ``value_function`` on random inputs, each symbol drawn from the domain λ
     (``lam``, the IR as written) needs; draws where λ is not finite are retried (domains
     widened after two), draws where everything is zero (every relu off) drawn again; sizes
-    as ``over_size_choices`` picks them."""
+    as ``over_size_choices`` picks them.  ``reads``: the symbols value_function reads (a
+    gradient of λ that does not read wrt is 0 whatever λ's size)."""
     domain = check_domains(domain, symbols)
+    constant = reads is not None and wrt not in reads
     return over_size_choices(user_shapes, sizes, lambda s: _gradient_check_at(
-        s, value_function, gradient, wrt, user_shapes, symbols, lam, symmetric, seed, tol, draws, domain),
-        inverts=inverts(lam))
+        s, value_function, gradient, wrt, user_shapes, symbols, lam, symmetric, seed, tol, draws, domain,
+        constant), inverts=inverts(lam))
 
 
 def inverts(lam) -> bool:
@@ -472,7 +478,7 @@ def inverts(lam) -> bool:
 
 
 def _gradient_check_at(sizes, value_function, gradient, wrt, user_shapes, symbols, lam, symmetric,
-                       seed, tol, draws, domain) -> CheckReport:
+                       seed, tol, draws, domain, constant=False) -> CheckReport:
     domains = infer_domains(lam, symbols)
     for name in symmetric:  # a symmetric matrix is drawn symmetric (SPD where it must be)
         domains[name] = "spd" if domains.get(name) in ("invertible", "invertible_signed", "positive") \
@@ -501,7 +507,8 @@ def _gradient_check_at(sizes, value_function, gradient, wrt, user_shapes, symbol
         with np.errstate(all="ignore"):
             try:
                 err, n, msg = longer_steps(lambda h: finite_difference_check(
-                    value_function, gradient, inputs, wrt, rng, h, symmetric=wrt in symmetric, tol=tol))
+                    value_function, gradient, inputs, wrt, rng, h, symmetric=wrt in symmetric, tol=tol,
+                    constant=constant), tol, kinks=not smooth(lam))
             except np.linalg.LinAlgError:  # a singular matrix where the gradient inverts it
                 singular += 1
                 continue

@@ -209,9 +209,10 @@ def parse_at(items) -> dict:
         if depth > 2:  # (json.loads would recurse that deep)
             raise DeriveError(f"--at {name}: {value.strip()[:60]!r} nests lists {depth} deep; an argument "
                               "is a number, a vector [1, 2] or a matrix [[1, 2], [3, 4]]")
-        try:  # (nan, inf and -inf as JSON's NaN, Infinity and -Infinity, in any case)
-            v = json.loads(re.sub(r"(?i)\b(nan|inf(inity)?)\b",
-                                  lambda m: "NaN" if m.group(1).lower() == "nan" else "Infinity", value))
+        try:  # (nan, inf and -inf as JSON's NaN, Infinity and -Infinity, in any case, signed)
+            v = json.loads(re.sub(r"(?i)([+-]?)\b(nan|inf(inity)?)\b",
+                                  lambda m: "NaN" if m.group(2).lower() == "nan"
+                                  else ("-" if m.group(1) == "-" else "") + "Infinity", value))
         except ValueError:
             raise DeriveError(f"--at {name}: {value.strip()[:60]!r} is not a number or a nested list of "
                               "numbers (like [[1, 2], [3, 4]])") from None
@@ -374,7 +375,7 @@ def run(argv=None) -> int:
             out.append(str(report))
         if exact is not None:
             out.append(str(exact))
-    print(joined(out, args.code))
+    print(joined(out, args.code and not args.json))
     if status != EXIT_OK and not args.json:
         print("matcalc: the " + ("check" if args.check and args.exact else "exact check" if args.exact
                                  else "numerical check") + (" failed" if status == EXIT_CHECK_FAILED

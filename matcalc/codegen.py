@@ -605,7 +605,8 @@ def compile_function(source: str, fname: str, fixed_forms: bool = False):
     every function where the environment variable MATCALC_FIXED_FORMS is set, not to 0)."""
     import os
 
-    fixed_forms = fixed_forms or os.environ.get("MATCALC_FIXED_FORMS", "0") not in ("", "0")
+    fixed_forms = fixed_forms or os.environ.get("MATCALC_FIXED_FORMS", "").strip().lower() not in (
+        "", "0", "false", "no", "off")
     namespace: dict = {}
     import numpy as np
 

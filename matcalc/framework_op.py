@@ -53,9 +53,11 @@ class MatcalcOp:
         self.expr, self.backend = expr, backend
         self.names = list(typed.user_shapes)
         self.user_shapes = dict(typed.user_shapes)
+        from .codegen import sanitize
         from .function import keyword_signature
 
-        keyword_signature(self, self.names)
+        self._py = sanitize(self.names)  # (lambda_ for a symbol named lambda, as the other functions take it)
+        keyword_signature(self, self._py)
         self.out_shape = _user_shape(typed.expr.shape)
         # a vector F comes back as a column or row where an input declared as one is given so
         self.orientation = Orientation(self.user_shapes, typed.expr.shape)
@@ -148,13 +150,13 @@ class MatcalcOp:
         from .function import by_name, check_arguments, check_shapes
 
         if args:
-            raise by_name(f"op({self.expr})", args, self.names)
-        kwargs = check_arguments(f"op({self.expr})", kwargs, self.names)
+            raise by_name(f"op({self.expr})", args, self._py)
+        kwargs = check_arguments(f"op({self.expr})", kwargs, self._py)
         check_shapes(f"op({self.expr})", kwargs, self.user_shapes)
         if self.backend == "torch":
-            from .backends import common_float, from_numpy
+            from .backends import torch_inputs
 
-            kwargs = common_float(from_numpy(kwargs))
+            kwargs = torch_inputs(kwargs)
         return self.orientation.apply(self._fn(*[kwargs[n] for n in self.names]), kwargs)
 
     def __repr__(self):

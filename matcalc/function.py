@@ -9,9 +9,13 @@ def check_arguments(fname: str, given: dict, params) -> dict:
     """The keyword arguments of ``fname``, with any given under its Python name (``lambda_``
     for a symbol named lambda, the emitted code's parameter) under the symbol's; a TypeError
     naming the unexpected and the missing ones, and which were probably meant."""
-    alias = {v: k for k, v in params.items() if v != k} if isinstance(params, dict) else {}
-    if alias and any(k in alias and alias[k] not in given for k in given):
-        given = {alias[k] if k in alias and alias[k] not in given else k: v for k, v in given.items()}
+    if isinstance(params, dict) and given.keys() != params.keys():
+        python = {v: k for k, v in params.items()}
+        if given.keys() == python.keys():  # every one under its Python name (the signature's)
+            given = {python[k]: v for k, v in given.items()}
+        elif any(k in python and k not in params for k in given):  # some: those that are no symbol's
+            given = {python[k] if k in python and k not in params and python[k] not in given else k: v
+                     for k, v in given.items()}
     missing = [n for n in params if n not in given]
     unknown = [n for n in given if n not in params]
     if not (missing or unknown):
@@ -27,7 +31,8 @@ def check_arguments(fname: str, given: dict, params) -> dict:
                     + (f" (did you mean {', '.join(hints)}?)" if hints else ""))
     if missing:
         said.append(f"is missing the argument(s) {', '.join(missing)}")
-    raise TypeError(f"{fname}() {' and '.join(said)}; it takes {', '.join(params)}")
+    raise TypeError(f"{fname}{'' if fname.endswith(')') else '()'} {' and '.join(said)}; "
+                    f"it takes {', '.join(params)}")
 
 
 def keyword_signature(f, params) -> None:
@@ -167,10 +172,12 @@ class GradientFunction:
     def __repr__(self):
         return f"<matcalc function {self.name}({', '.join(self.params)})>"
 
-    def convert(self, kwargs: dict) -> dict:
+    def convert(self, kwargs: dict, checked: bool = False) -> dict:
+        """The arguments as the emitted function takes them (``checked``: their names are)."""
         import numpy as np
 
-        kwargs = check_arguments(self.name, kwargs, self.params)
+        if not checked:
+            kwargs = check_arguments(self.name, kwargs, self.params)
         sizes = Sizes()
         out = {}
         for name, value in kwargs.items():
@@ -239,10 +246,14 @@ class GradientFunction:
                         and all(kwargs[k].shape[a] == d for k, a, d in self._fixed_dims):
                     return self._f(**kwargs)
         kwargs = check_arguments(self.name, kwargs, self.params)
-        out = self._f(**self.convert(kwargs))
+        out = self._f(**self.convert(kwargs, checked=True))
         if self.wrt is not None and self._out_shape is not None and len(self._out_shape) == 1 \
                 and self._np.ndim(kwargs[self.wrt]) == 2:  # a vector given as a column or row: so is its gradient
             return self._np.reshape(out, self._np.shape(kwargs[self.wrt]))
+        if self.grads_like:  # (value_and_grad: the same for each gradient)
+            for k in self.grads_like:
+                if len(self.user_shapes[k]) == 1 and self._np.ndim(kwargs[k]) == 2:
+                    out[1][k] = self._np.reshape(out[1][k], self._np.shape(kwargs[k]))
         if self._out_shape is not None and any(d == 1 for d in self._out_shape):
             like = [self.wrt] if self.wrt is not None else self.given_like
             if like and len(self._out_shape) == 2 and all(self._np.ndim(kwargs[k]) == 1 for k in like):
@@ -251,6 +262,7 @@ class GradientFunction:
         return out
 
     wrt = None  # the variable whose gradient this returns (its shape as given is kept)
+    grads_like = ()  # value_and_grad: the variables of the gradients (value, {name: gradient}) it returns
     given_like = ()  # without wrt: a declared row or column result is 1-D if all these were given so
 
     def _concrete_out(self, kwargs):

@@ -494,9 +494,6 @@ class _LinearMap:
     def _fn(self, key):
         return self._gf._f.__globals__[self._fnames[key]]
 
-    def _convert(self, values):
-        return self._gf.convert(values)
-
     def _tangent_array(self, V, values, shape_user, what):
         import numpy as np
 
@@ -525,9 +522,11 @@ class _LinearMap:
                     sizes.setdefault(d, s)
         return tuple(d if isinstance(d, int) else _dim_size(d, sizes) for d in shape_user if d != 1)
 
-    def matrix(self, **values):
+    def matrix(self, *args, **values):
         """The dense matrix, (entries of the result) × (entries of dW), column-major vec order."""
         import numpy as np
+
+        self._by_name("dense", args)
 
         try:
             out = self._gf(**values)
@@ -539,6 +538,13 @@ class _LinearMap:
                               f"without forming it") from None
         return np.asarray(out, dtype=float)
 
+    def _by_name(self, key, args):
+        """A TypeError where the values were given by position (beside the direction)."""
+        if args:
+            from .function import by_name
+
+            raise by_name(self._fnames[key], args, self._gf.params)
+
     def _apply(self, key, V, values, in_shape, out_shape, what, like=None):
         """The product ``key`` of the tangent V at ``values``, in out_shape; the shape of
         ``like`` (the argument the result is shaped as) when that was given as a row or
@@ -548,7 +554,7 @@ class _LinearMap:
         from .function import check_arguments
 
         values = check_arguments(self._fnames[key], values, self._gf.params)  # named as the product called
-        conv = self._convert(values)
+        conv = self._gf.convert(values, checked=True)
         t = self._tangent_array(V, values, in_shape, what)
         out = self._fn(key)(t, **conv)
         target = self._concrete(out_shape, values)
@@ -641,13 +647,15 @@ class Jacobian(_LinearMap):
     def __str__(self):
         return f"dF = {self.text}"
 
-    def jvp(self, V, /, **values):
+    def jvp(self, V, /, *args, **values):
         """J[V]: dF along the tangent V (W's shape); the result has F's shape."""
+        self._by_name("product", args)
         out = self._apply("product", V, values, self.shape, self.out_shape, "the tangent V")
         return self.orientation.apply(out, values)
 
-    def vjp(self, G, /, **values):
+    def vjp(self, G, /, *args, **values):
         """Jᵀ[G]: the cotangent G (F's shape) pulled back to W's shape; equals ∂(G:F)/∂W."""
+        self._by_name("vjp", args)
         return self._apply("vjp", G, values, self.out_shape, self.shape, "the cotangent G",
                            values.get(self.wrt))
 
@@ -809,8 +817,9 @@ class Hessian(_LinearMap):
     def __str__(self):
         return f"H[d{self.wrt}] = {self.text}"
 
-    def hvp(self, V, /, **values):
+    def hvp(self, V, /, *args, **values):
         """H[V] (V has the shape of W; for a block (Wi, Wj), of Wj, and H[V] that of Wi)."""
+        self._by_name("product", args)
         return self._apply("product", V, values, self.shape, self.out_shape, "the direction V",
                            values.get(self.wrt_i))
 
@@ -910,7 +919,7 @@ UNMEASURABLE_MAP = ("the finite differences were the rounding noise of the funct
 def _check_at(m: _LinearMap, seed, tol, draws, domain, sizes):
     import numpy as np
 
-    from .check import CheckReport, infer_domains, longer_steps, random_inputs
+    from .check import CheckReport, infer_domains, longer_steps, random_inputs, smooth
 
     root = m.F if isinstance(m, Jacobian) else m.lam
     domains = infer_domains(root, m.symbols)
@@ -922,6 +931,9 @@ def _check_at(m: _LinearMap, seed, tol, draws, domain, sizes):
     else:
         f = m.gradient_function
         wrt = m.wrt_j
+    # f's IR does not read wrt (a Hessian of a λ linear in W): its differences are exactly 0
+    constant = wrt not in {n.attr for n in ir.symbols(m.F if isinstance(m, Jacobian) else m.gradient)}
+    kinks = not smooth(root)
     worst, total, used, note, unmeasurable = 0.0, 0, 0, "", 0
     for attempt in range(draws + 12):
         if used >= draws:
@@ -944,14 +956,15 @@ def _check_at(m: _LinearMap, seed, tol, draws, domain, sizes):
             continue
         with np.errstate(all="ignore"):
             try:
-                err, n, msg = longer_steps(lambda h: _compare(m, f, inputs, wrt, rng, tol, h))
+                err, n, msg = longer_steps(lambda h: _compare(m, f, inputs, wrt, rng, tol, h, constant=constant),
+                                           tol, kinks=kinks)
             except np.linalg.LinAlgError:  # a singular matrix at this draw: not a finite value
                 err, n, msg = float("inf"), 0, "non-finite values (a singular matrix)"
         if msg == "unmeasurable":  # (a draw that tested nothing: another is drawn)
             unmeasurable += 1
             continue
         worst, total, used = max(worst, err), total + n, used + 1
-        note = note or msg
+        note = note or (msg if msg != "zero" else "")
     if used == 0:
         return CheckReport(False, float("inf"), tol, sizes, domains, 0, 0, UNMEASURABLE_MAP if unmeasurable else
                            "the function was not finite on any random draw; say where to draw its "
@@ -959,12 +972,13 @@ def _check_at(m: _LinearMap, seed, tol, draws, domain, sizes):
     return CheckReport(worst <= tol, worst, tol, sizes, domains, total, used, note)
 
 
-def _compare(m, f, inputs, wrt, rng, tol, h=1e-6, max_cols=24):
+def _compare(m, f, inputs, wrt, rng, tol, h=1e-6, max_cols=24, constant=False):
     """(relative error, comparisons, note): dense columns vs central differences of f along
-    basis directions, the product and the transposed product vs the dense matrix, symmetry."""
+    basis directions, the product and the transposed product vs the dense matrix, symmetry.
+    ``constant``: f does not read wrt."""
     import numpy as np
 
-    from .check import ZERO, _central, _noise, _scale, _zero
+    from .check import ZERO, _central, _noise, _scale
 
     J = m.matrix(**inputs)
     x0 = np.asarray(inputs[wrt], dtype=float)
@@ -1005,11 +1019,11 @@ def _compare(m, f, inputs, wrt, rng, tol, h=1e-6, max_cols=24):
     # f's rounding.
     noise = _noise(at, x0 if shape else float(x0), h, symmetric=wrt in m.symmetric)
     zero = fscale < ZERO
-    if zero and not _zero(noise, differences):  # (the differences could not have seen a map above ZERO)
+    if zero and noise > ZERO and not constant:  # (the differences could not have seen a map above ZERO)
         return float("inf"), len(cols), "unmeasurable"
     if zero:  # a zero map's products are held to f's rounding, as the differences measure it
         spread = 10 * float(np.max(np.abs(fd - differences(2.0)))) if fd.size else 0.0  # (a margin)
-        denom, note = max(fscale, noise / tol, spread / tol, 1e-10), ""
+        denom, note = max(fscale, noise / tol, spread / tol, 1e-10), "zero"
     else:
         got = _scale(fscale, noise, tol)
         if got is None:
@@ -1024,12 +1038,16 @@ def _compare(m, f, inputs, wrt, rng, tol, h=1e-6, max_cols=24):
             denom, note = got
         errs.append(err / denom)
         count += fd.size
+    # the products against the dense matrix take no differences: they are held to the map's
+    # scale (and the rounding of f-sized terms in their formulas), not to the differences' noise
+    fmag = float(np.max(np.abs(at(x0 if shape else float(x0)))))
+    exact = max(fscale, 1e-10, 100 * float(np.finfo(float).eps) * fmag)
     # the matrix-free product along random directions, against the dense matrix
     V = rng.standard_normal(n)
     Vt = V.reshape(shape, order="F") if shape else float(V[0])
     prod = m.jvp(Vt, **inputs) if isinstance(m, Jacobian) else m.hvp(Vt, **inputs)
     errs.append(float(np.max(np.abs(np.reshape(prod, -1, order="F") - J @ V), initial=0.0))
-                / max(denom * max(1.0, np.abs(V).sum()), 1e-300))
+                / max(exact * max(1.0, np.abs(V).sum()), 1e-300))
     # and the product itself against central differences of f along V
     if n > 1:
         Vn = direction(V) / np.linalg.norm(V)
@@ -1043,16 +1061,16 @@ def _compare(m, f, inputs, wrt, rng, tol, h=1e-6, max_cols=24):
         Gt = Gc.reshape(out_shape, order="F") if out_shape else float(Gc[0])
         back = m.vjp(Gt, **inputs)
         errs.append(float(np.max(np.abs(np.reshape(back, -1, order="F") - J.T @ Gc), initial=0.0))
-                    / max(denom * max(1.0, np.abs(Gc).sum()), 1e-300))
+                    / max(exact * max(1.0, np.abs(Gc).sum()), 1e-300))
         count += 1
     elif m.diagonal:
         U = rng.standard_normal(n)
         Ut = U.reshape(shape, order="F") if shape else float(U[0])
         hu = np.reshape(m.hvp(Ut, **inputs), -1, order="F")
         hv = np.reshape(prod, -1, order="F")
-        asym = abs(float(U @ hv) - float(hu @ V)) / max(denom * np.abs(U).sum() * np.abs(V).sum(), 1e-300)
+        asym = abs(float(U @ hv) - float(hu @ V)) / max(exact * np.abs(U).sum() * np.abs(V).sum(), 1e-300)
         errs.append(asym)
-        errs.append(float(np.max(np.abs(J - J.T), initial=0.0)) / denom)
+        errs.append(float(np.max(np.abs(J - J.T), initial=0.0)) / exact)
         count += 2
         if asym > 1e-8 and not zero:
             note = "the Hessian is not symmetric"
@@ -1084,10 +1102,10 @@ def jacobian(expr: str, wrt, shapes: dict | None = None, definitions: dict | Non
         typed = _use_symmetry(typed, symmetric)
     if typed.expr.shape == ir.SCALAR:
         names = wrt if isinstance(wrt, (list, tuple)) else [wrt]
+        where = f"{names[0]}'s shape" if len(names) == 1 else "the shape of its variable"
         warnings.warn(NotationWarning(
             "the expression is a scalar: its Jacobian is the 1×N row, the transpose of the gradient "
-            f"(matcalc derive / matcalc.derive gives the gradient in {' and '.join(map(str, names))}'s shape)"),
-            stacklevel=2)
+            f"(matcalc derive / matcalc.derive gives the gradient in {where})"), stacklevel=2)
     if isinstance(wrt, (list, tuple)):
         if not wrt:
             raise DeriveError("wrt is empty: name at least one symbol")
@@ -1345,7 +1363,7 @@ def run_cli(args) -> int:
             out.append(Source(r.source(args.backend).rstrip()))
         if report is not None:
             out.append(str(report))
-    print(joined(out, args.code))
+    print(joined(out, args.code and not args.json))
     if status != EXIT_OK and not args.json:
         print("matcalc: the numerical check " + ("cannot be made" if status == EXIT_REFUSED else "failed"),
               file=sys.stderr)

@@ -324,11 +324,11 @@ class _Functions:
     def _values(self, fname, values):
         from .function import check_arguments
 
-        check_arguments(fname, values, self._py)
-        if self.backend == "torch" and any(type(v).__module__ == "numpy" for v in values.values()):
-            from .backends import from_numpy
+        values = check_arguments(fname, values, self._py)
+        if self.backend == "torch":
+            from .backends import torch_inputs
 
-            values = from_numpy(values)
+            values = torch_inputs(values)
         return {self._py[k]: v for k, v in values.items()}
 
     def _concrete(self, shape_user, values):

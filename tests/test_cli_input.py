@@ -296,3 +296,13 @@ def test_small_cli_spellings(capsys):
     assert code == 2 and "for the matrix product write x.T@A@x" in err
     code, out, err = run(capsys, "jacobian", "x:x", "--wrt", "x")
     assert code == 0 and "the gradient in x's shape" in err
+
+
+def test_code_with_json_prints_json():
+    import json
+
+    for cmd in (["derive", "G:exp(X@W)"], ["hessian", "x.T@A@x"]):
+        wrt = "X" if cmd[0] == "derive" else "x"
+        r = subprocess.run([sys.executable, "-m", "matcalc", *cmd, "--wrt", wrt, "--code", "--json"],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0 and "def " in json.loads(r.stdout.splitlines()[0])["numpy_source"], r.stdout[:200]

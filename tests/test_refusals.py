@@ -1,5 +1,6 @@
 """Bad input: matcalc's own exception (API) or exit status 2 (CLI), a message that names the
 sub-expression and the shapes, a caret under the column, never a traceback."""
+import re
 import subprocess
 import sys
 
@@ -318,3 +319,28 @@ def test_arguments_by_position_or_under_a_wrong_name_say_what_to_give():
     with pytest.raises(TypeError, match=r"unexpected argument\(s\) X \(did you mean x for X\?\) and is missing "
                                         r"the argument\(s\) x"):
         d.function(lambda_=0.5, X=np.ones(3))
+
+
+def test_the_signatures_names_are_taken_when_a_symbol_has_another_symbols_python_name():
+    # lambda and lambda_ both symbols: the signature reads (lambda_, x, lambda__), and those
+    # names were refused ("unexpected lambda__ … missing lambda_")
+    import numpy as np
+
+    d = matcalc.derive("lambda*x:x + lambda_*sum(x)", wrt="x")
+    x = np.arange(3.0)
+    want = 2 * 2.0 * x + 3.0
+    np.testing.assert_allclose(d.function(lambda_=2.0, x=x, lambda__=3.0), want)
+    np.testing.assert_allclose(d.function(**{"lambda": 2.0, "x": x, "lambda_": 3.0}), want)
+    H = matcalc.hessian("lambda*sum(exp(A@x))", "x")
+    with pytest.raises(TypeError, match=r"hvp_x\(\) takes its arguments by name"):
+        H.hvp(x, 2.0, np.eye(3), x)
+    with pytest.raises(TypeError, match=r"hessian_x\(\) takes its arguments by name"):
+        H.matrix(2.0, np.eye(3), x)
+
+
+def test_a_star_meant_as_the_matrix_product_is_named_alone():
+    # every * was written @: (x*y).T*(x*y) became (x@y).T@(x@y), 2*x.T*A*x became 2@x.T@A@x
+    for expr, meant in [("(x*y).T*(x*y)", "(x*y).T@(x*y)"), ("2*x.T*A*x", "2*x.T@A@x"),
+                        ("sum(x*y)*x.T*y", "sum(x*y)*x.T@y"), ("(w*x).T*y", "(w*x).T@y")]:
+        with pytest.raises(ShapeError, match=re.escape(f"for the matrix product write {meant})")):
+            matcalc.derive(expr, "x")

@@ -484,3 +484,18 @@ def test_jit_of_products_when_a_symbol_is_named_like_the_tangent():
     np.testing.assert_allclose(jax.jit(g.vjp)(C, G=G, X=X), G.T @ C, rtol=1e-12)
     j = matcalc.jacobian("V@X", "X", shapes={"V": ("a", "b")}).callable("jax")
     np.testing.assert_allclose(jax.jit(j.jvp)(X, V=G, X=X), G @ X, rtol=1e-12)
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_the_framework_products_take_python_names_and_lists(backend):
+    # hvp(x, lambda_=…) raised a bare KeyError: 'lambda_' in torch and jax; lists failed in torch
+    pytest.importorskip(backend)
+    x, A = np.arange(1.0, 4.0), np.eye(3) / 2
+    want = 2.0 * A.T @ np.diag(np.exp(A @ x)) @ A @ x
+    H = matcalc.hessian("lambda*sum(exp(A@x))", "x").callable(backend)
+    np.testing.assert_allclose(np.asarray(H.hvp(x, lambda_=2.0, A=A, x=x)), want, rtol=1e-12)
+    J = matcalc.jacobian("tanh(W@h)", "W").callable(backend)
+    W, h = [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], [0.1, -0.2, 0.3]
+    z = np.array(W) @ np.array(h)
+    np.testing.assert_allclose(np.asarray(J.jvp(np.ones((2, 3)), W=W, h=h)), (1 - np.tanh(z) ** 2) * sum(h),
+                               rtol=1e-12)

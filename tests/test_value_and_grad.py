@@ -130,3 +130,12 @@ def test_a_sum_computed_for_the_gradient_is_reused_by_the_value():
     assert abs(value - 0.7 * np.sum(np.exp(z) - z + m * m - 1)) < 1e-12 * abs(value)
     assert rel_error(grads["W"], np.outer(0.7 * (np.exp(z) - 1), x)) < 1e-12
     assert abs(grads["alpha"] - np.sum(np.exp(z) - z + m * m - 1)) < 1e-12 * abs(value)
+
+
+def test_gradients_of_vectors_given_as_columns_or_rows_come_back_so():
+    vg = matcalc.value_and_grad("sum(exp(A@x)) + c:c", wrt=["x", "A", "c"])
+    A, x = np.eye(3) / 2, np.arange(3.0)
+    value, grads = vg.function(A=A, x=x[:, None], c=x[None, :])
+    assert grads["x"].shape == (3, 1) and grads["c"].shape == (1, 3) and grads["A"].shape == (3, 3)
+    np.testing.assert_allclose(grads["x"].ravel(), A.T @ np.exp(A @ x))
+    np.testing.assert_allclose(grads["c"].ravel(), 2 * x)
