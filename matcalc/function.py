@@ -9,7 +9,9 @@ def check_arguments(fname: str, given: dict, params) -> dict:
     """The keyword arguments of ``fname``, with any given under its Python name (``lambda_``
     for a symbol named lambda, the emitted code's parameter) under the symbol's; a TypeError
     naming the unexpected and the missing ones, and which were probably meant."""
-    if isinstance(params, dict) and given.keys() != params.keys():
+    if given.keys() == (params.keys() if isinstance(params, dict) else set(params)):
+        return given
+    if isinstance(params, dict):
         python = {v: k for k, v in params.items()}
         if given.keys() == python.keys():  # every one under its Python name (the signature's)
             given = {python[k]: v for k, v in given.items()}
@@ -55,27 +57,32 @@ def by_name(fname: str, args: tuple, params) -> TypeError:
                      f"({len(args)} given): {fname}({', '.join(f'{p}=…' for p in names)})")
 
 
-class Sizes:
-    """The sizes the arguments give the names of dimensions, and the argument that gave each:
-    a ShapeError where two give one name different sizes names both of them."""
+class Sizes(dict):
+    """The sizes the arguments give the names of dimensions (dimension -> size), and the
+    argument that gave each (``by``): a ShapeError where two give one name different sizes
+    names both of them."""
 
     def __init__(self, fname: str = ""):
+        super().__init__()
         self.prefix = f"{fname}: " if fname else ""
-        self.size: dict = {}
         self.by: dict = {}
 
     def take(self, d, s: int, name: str, given: tuple, shape: tuple) -> None:
-        want = self.size.setdefault(d, s)
-        first = self.by.setdefault(d, (name, given, shape))
-        if want == s:
-            return
-        other, other_given, other_shape = first
-        if other == name:
-            raise ShapeError(f"{self.prefix}{name} has shape {given}, but its dimensions named {d} must be "
-                             f"equal ({name} is {_names(shape)})")
-        raise ShapeError(f"{self.prefix}{name} has shape {given}, which makes {d} = {s}, but {other} has shape "
-                         f"{other_given}, which makes {d} = {want} ({other} is {_names(other_shape)} and {name} is "
-                         f"{_names(shape)}): one of them is not the shape the expression takes")
+        if self.setdefault(d, s) != s:
+            conflict(self.prefix, self, self.by, d, s, name, given, shape)
+        self.by.setdefault(d, (name, given, shape))
+
+
+def conflict(prefix: str, sizes: dict, by: dict, d, s: int, name: str, given: tuple, shape: tuple):
+    """The ShapeError of name's shape ``given``, which makes d = s where by[d] made it sizes[d]."""
+    want = sizes[d]
+    other, other_given, other_shape = by[d]
+    if other == name:
+        raise ShapeError(f"{prefix}{name} has shape {given}, but its dimensions named {d} must be "
+                         f"equal ({name} is {_names(shape)})")
+    raise ShapeError(f"{prefix}{name} has shape {given}, which makes {d} = {s}, but {other} has shape "
+                     f"{other_given}, which makes {d} = {want} ({other} is {_names(other_shape)} and {name} is "
+                     f"{_names(shape)}): one of them is not the shape the expression takes")
 
 
 def _names(shape) -> str:
@@ -178,15 +185,19 @@ class GradientFunction:
 
         if not checked:
             kwargs = check_arguments(self.name, kwargs, self.params)
-        sizes = Sizes()
+        sizes, by = {}, {}
         out = {}
         for name, value in kwargs.items():
             shape = self.user_shapes[name]
-            if getattr(value, "requires_grad", False) and type(value).__module__.startswith("torch"):
-                raise TypeError(f"{name} is a torch tensor that requires grad, and this is a NumPy function: for "
-                                "torch's autograd use matcalc.op(expr) or d.callable('torch'), or pass "
-                                f"{name}.detach()")
-            if np.iscomplexobj(value):
+            try:
+                complex_ = np.iscomplexobj(value)
+            except RuntimeError:  # (torch's: "Can't call numpy() on Tensor that requires grad")
+                if getattr(value, "requires_grad", False):
+                    raise TypeError(f"{name} is a torch tensor that requires grad, and this is a NumPy function: "
+                                    "for torch's autograd use matcalc.op(expr) or d.callable('torch'), or pass "
+                                    f"{name}.detach()") from None
+                raise
+            if complex_:
                 raise TypeError(f"{name} is complex; matcalc's functions take real numbers")
             if value is None or isinstance(value, (str, bytes)):  # (asarray(None, float) is nan)
                 raise TypeError(f"{name} is {type(value).__name__}; matcalc's functions take numbers and arrays")
@@ -204,7 +215,9 @@ class GradientFunction:
                 if isinstance(d, int) and d != arr.shape[0]:
                     raise ShapeError(f"{name} has length {arr.shape[0]}, but its declared shape is {shape}")
                 if not isinstance(d, int):
-                    sizes.take(d, arr.shape[0], name, arr.shape, shape)
+                    if sizes.setdefault(d, arr.shape[0]) != arr.shape[0]:
+                        conflict("", sizes, by, d, arr.shape[0], name, arr.shape, shape)
+                    by.setdefault(d, (name, arr.shape, shape))
                 out[self.params[name]] = arr
                 continue
             if arr.size == 1 and shape and all(d == 1 for d in shape):  # (1,) / (1, 1): any one number
@@ -224,7 +237,9 @@ class GradientFunction:
                     if d != s:
                         raise ShapeError(f"{name} has shape {arr.shape}, but its declared shape is {shape}")
                     continue
-                sizes.take(d, s, name, arr.shape, shape)
+                if sizes.setdefault(d, s) != s:  # (Sizes.take's work inline: this runs on every call)
+                    conflict("", sizes, by, d, s, name, arr.shape, shape)
+                by.setdefault(d, (name, arr.shape, shape))
             out[self.params[name]] = arr
         return out
 
