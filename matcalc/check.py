@@ -269,8 +269,8 @@ LONGER = (1e2, 1e4)  # the steps longer_steps tries, as multiples of the first
 
 def longer_steps(compare, tol: float, h: float = 1e-6, longer=LONGER, kinks: bool = False):
     """compare(h) -> (error, comparisons, note); where the differences over h were λ's
-    rounding ("unmeasurable": λ's rounding over h could hide 1% of what they measure, as in
-    1e8 + X:X), compare(h·k) for the longer steps in turn: the rounding shrinks as 1/h, and a
+    rounding ("unmeasurable": λ's rounding over h comes near hiding 1% of what they measure,
+    as in 1e8 + X:X), compare(h·k) for the longer steps in turn: the rounding shrinks as 1/h, and a
     step too long for λ's curvature shows as the spread of the differences over h·k and 2h·k,
     which _judge counts as noise.  A longer step only ever passes: where it fails (λ that
     oscillates faster than the step: 1e12 + sin(500α), whose differences over h·k and 2h·k can
@@ -292,10 +292,9 @@ def longer_steps(compare, tol: float, h: float = 1e-6, longer=LONGER, kinks: boo
 def _noise(at, base, h: float, symmetric: bool = False) -> float:
     """The rounding noise of a central difference of λ over a step h (for an array λ, of its
     entries the largest): λ's own rounding over h, with a margin of 3.  That rounding is at
-    least eps·|λ|, and more where λ is a difference of
-    much larger terms (tr(AX)² − (A:X)², identically 0): measured, as the spread of
-    (λ(x+δ) + λ(x−δ))/2 − λ(x) (λ's linear change cancels) over steps δ of a few units in the
-    last place of x's entries."""
+    least eps·|λ|, and more where λ is a difference of much larger terms (tr(AX)² − (A:X)²,
+    identically 0): measured, as the spread of (λ(x+δ) + λ(x−δ))/2 − λ(x) (λ's linear change
+    cancels) over steps δ of a few units in the last place of x's entries."""
     eps = float(np.finfo(float).eps)
     rng = np.random.default_rng(0)  # (its own draws: the check's own stay as they were)
     f0 = at(base)
@@ -324,9 +323,10 @@ def _compare(err: float, signal: float, noise: float, tol: float, n: int):
 
 def _scale(signal: float, noise: float, tol: float):
     """(what an error is relative to, a note): the signal, where the differences' noise is
-    below the tolerance; noise/tol and a note (COARSE) where it is above but below 1% of the
-    signal; None where it could hide 1% of the signal itself, with a margin of 2 (λ a difference of much larger
-    terms, 1e10 + wᵀx, det(AXB) ≡ 0 at sizes where AXB is singular): that draw tests nothing."""
+    below the tolerance; noise/tol and a note (COARSE) where it is above that but below half
+    of 1% of the signal; None above, where it comes near hiding an error of 1% (λ a difference
+    of much larger terms, 1e10 + wᵀx, det(AXB) ≡ 0 at sizes where AXB is singular): that draw
+    tests nothing."""
     if noise > 0.005 * signal:  # (half of 1%: an error of 1% is always seen)
         return None
     if noise > tol * signal:
