@@ -192,17 +192,17 @@ def random_inputs(user_shapes: dict, domains: dict, sizes: dict, rng) -> dict:
 
 def finite_difference_check(f, grad, inputs: dict, wrt: str, rng, h: float = 1e-6,
                             max_entries: int = 40, directions: int = 3, symmetric: bool = False,
-                            tol: float = 1e-5, constant: bool = False):
+                            tol: float = 1e-5, constant: bool = False, careful: bool = False):
     """(max relative error, number of comparisons) of grad against central differences of f.
     ``symmetric``: wrt is a symmetric matrix, perturbed only along symmetric directions
-    (Eᵢⱼ + Eⱼᵢ), where λ's change is G:dS.  ``constant``: f does not read wrt (_judge)."""
+    (Eᵢⱼ + Eⱼᵢ), where λ's change is G:dS.  ``constant`` and ``careful``: see _judge."""
     x0 = inputs[wrt]
     G = np.asarray(grad(**inputs), dtype=float)
     base = np.asarray(x0, dtype=float)
     if G.shape != base.shape:
         return float("inf"), 0, f"the gradient has shape {G.shape}, {wrt} has {base.shape}"
     if symmetric:
-        return _symmetric_fd(f, G, inputs, wrt, base, rng, h, max_entries, directions, tol, constant)
+        return _symmetric_fd(f, G, inputs, wrt, base, rng, h, max_entries, directions, tol, constant, careful)
 
     def at(x):
         args = dict(inputs)
@@ -228,7 +228,7 @@ def finite_difference_check(f, grad, inputs: dict, wrt: str, rng, h: float = 1e-
         return float("inf"), len(fd), "non-finite values"
     scale = max(float(np.max(np.abs(fd))), float(np.max(np.abs(an))), float(np.max(np.abs(G))) if G.size else 0.0)
     return _judge(np.max(np.abs(fd - an)), fd, scale, _noise(at, base, h), tol,
-                  lambda k: _central(at, base, moves, k), constant)
+                  lambda k: _central(at, base, moves, k), constant, careful)
 
 
 def _central(at, base, moves, k: float = 1.0) -> np.ndarray:
@@ -242,20 +242,32 @@ def _central(at, base, moves, k: float = 1.0) -> np.ndarray:
 ZERO = 1e-12  # a gradient, a Hessian or a Jacobian whose entries are all below this is 0
 
 
-def _judge(err: float, fd, signal: float, noise: float, tol: float, differences, constant: bool = False):
+def _judge(err: float, fd, signal: float, noise: float, tol: float, differences, constant: bool = False,
+           careful: bool = False):
     """_compare; and where that fails, again with the differences' own spread (against those
     over twice the step, differences(2)) counted as noise: λ's rounding that no small step
     shows (logsumexp(X) − logsumexp(Xᵀ), sums of the same terms in two orders) fails nothing.
-    A zero gradient and zero differences are "zero" where the noise could not hide a gradient
-    above ZERO, or where λ does not read the variable at all (``constant``: 1000 + 0·X; 1e15 +
-    wᵀx has zero differences at small steps too, and does read w)."""
+    ``careful`` (a longer step): that spread, and the spread against a shorter step, count from
+    the start: a long step's truncation error (1/p at p = 0.08 over 1e-2: 1%) and its aliasing
+    (sin(628α) over 1e-2) show there.  A zero gradient and zero differences are "zero" where
+    the noise could not hide a gradient above ZERO, or where λ does not read the variable at all
+    (``constant``: 1000 + 0·X; 1e15 + wᵀx has zero differences at small steps too, and reads w)."""
     if signal < ZERO:
         return (0.0, len(fd), "zero") if noise <= ZERO or constant else (float("inf"), len(fd), "unmeasurable")
+    if careful:
+        noise = max(noise, 2 * step_spread(fd, differences))
     out = _compare(err, signal, noise, tol, len(fd))
     if out[2] != "unmeasurable" and out[0] > tol:
         spread = float(np.max(np.abs(fd - differences(2.0))))
         out = _compare(err, signal, max(noise, 2 * spread), tol, len(fd))
     return out
+
+
+def step_spread(fd, differences) -> float:
+    """How far the differences move over twice the step and over 0.37 of it (differences(k):
+    over k times the step): not a half, at which a sine whose period is the step (sin(628α)
+    over 1e-2) is as blind as at the step itself."""
+    return max(float(np.max(np.abs(fd - differences(k)), initial=0.0)) for k in (2.0, 0.37))
 
 
 def smooth(root) -> bool:
@@ -281,7 +293,7 @@ def longer_steps(compare, tol: float, h: float = 1e-6, longer=LONGER, kinks: boo
     for k in longer:
         if out[2] != "unmeasurable":
             break
-        again = compare(h * k)
+        again = compare(h * k, True)
         if again[2] != "unmeasurable" and (again[2] == "non-finite values" or again[0] > tol
                                            or kinks and again[2] != "zero"):
             break
@@ -334,7 +346,7 @@ def _scale(signal: float, noise: float, tol: float):
     return signal, ""
 
 
-def _symmetric_fd(f, G, inputs, wrt, base, rng, h, max_entries, directions, tol, constant=False):
+def _symmetric_fd(f, G, inputs, wrt, base, rng, h, max_entries, directions, tol, constant=False, careful=False):
     n = base.shape[0]
 
     def at(x):
@@ -362,7 +374,7 @@ def _symmetric_fd(f, G, inputs, wrt, base, rng, h, max_entries, directions, tol,
     # G:V only sees G's symmetric part: the gradient must also be symmetric itself
     err = max(float(np.max(np.abs(fd - an))), float(np.max(np.abs(G - G.T))))
     return _judge(err, fd, scale, _noise(at, base, h, symmetric=True), tol, lambda k: _central(at, base, moves, k),
-                  constant)
+                  constant, careful)
 
 
 ALL_ZERO = "the gradient and the finite differences were zero on every draw"
@@ -506,9 +518,9 @@ def _gradient_check_at(sizes, value_function, gradient, wrt, user_shapes, symbol
             continue
         with np.errstate(all="ignore"):
             try:
-                err, n, msg = longer_steps(lambda h: finite_difference_check(
+                err, n, msg = longer_steps(lambda h, careful=False: finite_difference_check(
                     value_function, gradient, inputs, wrt, rng, h, symmetric=wrt in symmetric, tol=tol,
-                    constant=constant), tol, kinks=not smooth(lam))
+                    constant=constant, careful=careful), tol, kinks=not smooth(lam))
             except np.linalg.LinAlgError:  # a singular matrix where the gradient inverts it
                 singular += 1
                 continue

@@ -956,8 +956,8 @@ def _check_at(m: _LinearMap, seed, tol, draws, domain, sizes):
             continue
         with np.errstate(all="ignore"):
             try:
-                err, n, msg = longer_steps(lambda h: _compare(m, f, inputs, wrt, rng, tol, h, constant=constant),
-                                           tol, kinks=kinks)
+                err, n, msg = longer_steps(lambda h, careful=False: _compare(
+                    m, f, inputs, wrt, rng, tol, h, constant=constant, careful=careful), tol, kinks=kinks)
             except np.linalg.LinAlgError:  # a singular matrix at this draw: not a finite value
                 err, n, msg = float("inf"), 0, "non-finite values (a singular matrix)"
         if msg == "unmeasurable":  # (a draw that tested nothing: another is drawn)
@@ -972,13 +972,13 @@ def _check_at(m: _LinearMap, seed, tol, draws, domain, sizes):
     return CheckReport(worst <= tol, worst, tol, sizes, domains, total, used, note)
 
 
-def _compare(m, f, inputs, wrt, rng, tol, h=1e-6, max_cols=24, constant=False):
+def _compare(m, f, inputs, wrt, rng, tol, h=1e-6, max_cols=24, constant=False, careful=False):
     """(relative error, comparisons, note): dense columns vs central differences of f along
     basis directions, the product and the transposed product vs the dense matrix, symmetry.
-    ``constant``: f does not read wrt."""
+    ``constant`` and ``careful``: as for check._judge."""
     import numpy as np
 
-    from .check import ZERO, _central, _noise, _scale
+    from .check import ZERO, _central, _noise, _scale, step_spread
 
     J = m.matrix(**inputs)
     x0 = np.asarray(inputs[wrt], dtype=float)
@@ -1025,6 +1025,8 @@ def _compare(m, f, inputs, wrt, rng, tol, h=1e-6, max_cols=24, constant=False):
         spread = 10 * float(np.max(np.abs(fd - differences(2.0)))) if fd.size else 0.0  # (a margin)
         denom, note = max(fscale, noise / tol, spread / tol, 1e-10), "zero"
     else:
+        if careful:  # (a longer step: its truncation and aliasing count from the start)
+            noise = max(noise, 2 * step_spread(fd, differences))
         got = _scale(fscale, noise, tol)
         if got is None:
             return float("inf"), len(cols), "unmeasurable"
