@@ -195,7 +195,7 @@ class GradientFunction:
                 if getattr(value, "requires_grad", False):
                     raise TypeError(f"{name} is a torch tensor that requires grad, and this is a NumPy function: "
                                     "for torch's autograd use matcalc.op(expr) or d.callable('torch'), or pass "
-                                    f"{name}.detach()") from None
+                                    f"{self.params[name]}.detach()") from None
                 raise
             if complex_:
                 raise TypeError(f"{name} is complex; matcalc's functions take real numbers")

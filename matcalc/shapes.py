@@ -1102,9 +1102,9 @@ def typecheck(ast: Node, source: str, declared: dict | None = None,
     # the symbols the question uses: those of the expression and of the definitions it uses
     # (one only in a definition nothing uses takes no argument: its name is kept apart)
     in_use = t.names_used(ast)
-    for name in definitions or ():  # a definition nothing uses, beside a symbol of a like name: a typo
+    for name in definitions or ():  # a definition nothing uses, beside a symbol of its name in another case: a typo
         close = [] if name in in_use else [s for s in in_use if s in t.sym_shape and s not in (declared or {})
-                                           and (s.lower() == name.lower() or difflib.get_close_matches(name, [s]))]
+                                           and s.lower() == name.lower()]
         if close:
             from .errors import NotationWarning
 

@@ -73,3 +73,9 @@ def test_the_hessian_of_a_norm_stays_finite_at_large_and_small_scales(scale):
     g = matcalc.hessian("norm2(A@x - y)", "x")
     A, y = np.eye(3), np.zeros(3)
     np.testing.assert_allclose(g.hvp(np.array([1.0, 2.0, -1.0]), A=A, x=x, y=y), want @ [1.0, 2.0, -1.0], rtol=1e-13)
+
+
+def test_a_quotient_by_a_squared_norm_stays_finite():
+    # x/(x:x), the gradient of log ‖x‖, was 0 at ‖x‖ of 1e200 (x:x overflows): now u/‖x‖
+    x = np.array([3.0, -4.0, 12.0]) * 1e200
+    np.testing.assert_allclose(matcalc.derive("log(norm2(x))", "x").function(x=x), x / 13e200 / 13e200, rtol=1e-14)
