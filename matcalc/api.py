@@ -326,7 +326,9 @@ class Derivation:
             return self.function
         require(backend)
         src, params, fname = self._backend_source(backend)
-        return BackendFunction(backend, src, fname, params, self.user_shapes)
+        f = BackendFunction(backend, src, fname, params, self.user_shapes)
+        f.wrt = self.wrt
+        return f
 
     def to_sympy(self):
         """The gradient as a SymPy matrix expression (MatrixSymbol, HadamardProduct, Trace,
@@ -730,8 +732,10 @@ class ValueAndGrad:
         if check_backend(backend) == "numpy":
             return self.function
         require(backend)
-        return BackendFunction(backend, self.source(backend), "value_and_grad",
-                               sanitize(list(self.user_shapes)), self.user_shapes)
+        f = BackendFunction(backend, self.source(backend), "value_and_grad", sanitize(list(self.user_shapes)),
+                            self.user_shapes)
+        f.grads_like = self.function.grads_like
+        return f
 
     def __getitem__(self, name):
         return self.derivations[name]

@@ -395,12 +395,35 @@ class BackendFunction:
         if args:
             raise by_name(self.name, args, self.params)
         kwargs = check_arguments(self.name, kwargs, self.params)
-        check_shapes(self.name, kwargs, self.user_shapes)
+        flat = check_shapes(self.name, kwargs, self.user_shapes)
         if self.backend == "torch":
             kwargs = torch_inputs(kwargs)
-        if self._same_names:
-            return self.emitted(**kwargs)
-        return self.emitted(**{self.params[k]: v for k, v in kwargs.items()})
+        if flat:  # vectors given as columns or rows: 1-D in, and their gradients back in their shapes
+            given = {k: shape_of(kwargs[k]) for k in flat}
+            kwargs = {k: flatten(v) if k in given else v for k, v in kwargs.items()}
+        out = self.emitted(**(kwargs if self._same_names else {self.params[k]: v for k, v in kwargs.items()}))
+        if flat and self.wrt in given:
+            out = out.reshape(given[self.wrt])
+        elif flat and self.grads_like:
+            out[1].update({k: out[1][k].reshape(given[k]) for k in self.grads_like if k in given})
+        return out
+
+    wrt = None  # the variable whose gradient this returns
+    grads_like = ()  # value_and_grad: the variables of its gradients
+
+
+def shape_of(v) -> tuple:
+    """The shape of an array of any framework, or of nested lists."""
+    import numpy as np
+
+    return tuple(v.shape) if hasattr(v, "shape") else np.shape(v)
+
+
+def flatten(v):
+    """v (a tensor, an array or nested lists) as a 1-D array of its framework (NumPy for lists)."""
+    import numpy as np
+
+    return v.reshape(-1) if hasattr(v, "reshape") else np.reshape(np.asarray(v, dtype=float), -1)
 
 
 def from_numpy(kwargs: dict) -> dict:

@@ -152,11 +152,15 @@ class MatcalcOp:
         if args:
             raise by_name(f"op({self.expr})", args, self._py)
         kwargs = check_arguments(f"op({self.expr})", kwargs, self._py)
-        check_shapes(f"op({self.expr})", kwargs, self.user_shapes)
+        flat = check_shapes(f"op({self.expr})", kwargs, self.user_shapes)
         if self.backend == "torch":
             from .backends import torch_inputs
 
             kwargs = torch_inputs(kwargs)
+        if flat:  # a vector given as a column or row: 1-D in (the framework carries its gradient back)
+            from .backends import flatten
+
+            kwargs = {k: flatten(v) if k in flat else v for k, v in kwargs.items()}
         return self.orientation.apply(self._fn(*[kwargs[n] for n in self.names]), kwargs)
 
     def __repr__(self):

@@ -90,13 +90,15 @@ def _names(shape) -> str:
     return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
-def check_shapes(fname: str, values: dict, user_shapes: dict) -> None:
+def check_shapes(fname: str, values: dict, user_shapes: dict) -> list:
     """A ShapeError where the arguments' shapes (NumPy, torch or jax arrays, numbers) do not
     fit the declared ones or each other: what the framework's own error would say deep inside
-    the computation.  A size-1 dimension may be given or left out, as everywhere."""
+    the computation.  A size-1 dimension may be given or left out, as everywhere, and a plain
+    vector given as a column or row: the names of those are returned."""
     import numpy as np
 
     sizes = Sizes(fname)
+    flat = []
     for name, value in values.items():
         shape = user_shapes.get(name)
         if shape is None:
@@ -107,6 +109,9 @@ def check_shapes(fname: str, values: dict, user_shapes: dict) -> None:
             if any(d == 1 and s != 1 for d, s in zip(shape, given)):
                 raise ShapeError(f"{fname}: {name} must have shape {shape}, got {given}")
             given = tuple(s for d, s in zip(shape, given) if d != 1)
+        elif len(shape) == len(dims) == 1 and len(given) == 2 and 1 in given:  # a vector as a column or row
+            flat.append(name)
+            given = (given[0] * given[1],)
         elif len(given) != len(dims) and not (not dims and all(s == 1 for s in given)):
             kind = {0: "a scalar", 1: "a vector (1-D)", 2: "a matrix (2-D)"}[len(dims)]
             raise ShapeError(f"{fname}: {name} must be {kind} of shape {shape}, got shape {given}")
@@ -116,6 +121,7 @@ def check_shapes(fname: str, values: dict, user_shapes: dict) -> None:
                     raise ShapeError(f"{fname}: {name} has shape {given}, but its declared shape is {shape}")
                 continue
             sizes.take(d, s, name, given, shape)
+    return flat
 
 
 class Orientation:

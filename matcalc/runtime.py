@@ -220,6 +220,7 @@ def _blas_threads(f, keys):
             return _pick((chosen,) + tuple([np.shape(kw[k]) for k in keys]), forms, *a, **kw)
 
     chosen.__doc__, chosen.__name__, chosen.__wrapped__ = f.__doc__, f.__name__, f
+    chosen.__qualname__ = f.__qualname__  # (repr(grad_X) names grad_X)
     return chosen
 
 

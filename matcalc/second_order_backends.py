@@ -303,6 +303,7 @@ class _Functions:
         self.source = source
         self.kind = m.kind
         self.wrt = m.wrt
+        self._like = m.wrt_i if m.kind == "hessian" else m.wrt  # (the variable hvp's or vjp's result is shaped as)
         self._names = dict(m._fnames)
         self._py = sanitize(m._params)
         self._in_shape = m.shape
@@ -322,14 +323,21 @@ class _Functions:
 
     # ---- arguments
     def _values(self, fname, values):
-        from .function import check_arguments
+        """(the values under the emitted code's names, {a vector given as a column or row: its
+        shape}): the values checked (names, shapes), in torch's tensors, those vectors 1-D."""
+        from .backends import flatten, shape_of, torch_inputs
+        from .function import check_arguments, check_shapes
 
         values = check_arguments(fname, values, self._py)
+        flat = check_shapes(fname, values, self._user_shapes)
         if self.backend == "torch":
-            from .backends import torch_inputs
-
             values = torch_inputs(values)
-        return {self._py[k]: v for k, v in values.items()}
+        given = {k: shape_of(values[k]) for k in flat}
+        return {self._py[k]: flatten(v) if k in given else v for k, v in values.items()}, given
+
+    def _shaped(self, out, given):
+        """A gradient-shaped result in the shape its variable was given in (a column or row)."""
+        return out.reshape(given[self._like]) if self._like in given else out
 
     def _concrete(self, shape_user, values):
         sizes = {}
@@ -351,6 +359,10 @@ class _Functions:
         return tuple(out)
 
     def _tangent(self, V, values, shape_user, what):
+        if isinstance(V, (list, tuple)):
+            import numpy as np
+
+            V = np.asarray(V, dtype=float)
         if self.backend == "torch" and type(V).__module__ == "numpy":
             from .backends import from_numpy
 
@@ -372,16 +384,21 @@ class _Functions:
             return V.reshape(target)
         raise ShapeError(f"{what} must have shape {target}, got {got}")
 
-    def _product(self, key, t, values):
+    def _product(self, key, t, values, shaped=False):
+        """The product ``key`` along t; ``shaped``: its result has the shape of a variable."""
         fname = self._names[key]
-        return self._ns[fname](t, **self._values(fname, values))
+        args, given = self._values(fname, values)
+        out = self._ns[fname](t, **args)
+        return self._shaped(out, given) if shaped else out
 
-    def _first_function(self, values):
-        return self._ns[self._first](**self._values(self._first, values))
+    def _first_function(self, values, shaped=False):
+        args, given = self._values(self._first, values)
+        out = self._ns[self._first](**args)
+        return self._shaped(out, given) if shaped else out
 
     def matrix(self, **values):
         """The dense matrix, (entries of the result) × (entries of W), column-major vec order."""
-        return self._ns[self._names["dense"]](**self._values(self._names["dense"], values))
+        return self._ns[self._names["dense"]](**self._values(self._names["dense"], values)[0])
 
 
 class HessianFunctions(_Functions):
@@ -392,11 +409,12 @@ class HessianFunctions(_Functions):
 
     def hvp(self, V, /, **values):
         """H[V] (V has W's shape; for a block (Wi, Wj), Wj's, and H[V] Wi's)."""
-        return self._product("product", self._tangent(V, values, self._in_shape, "the direction V"), values)
+        return self._product("product", self._tangent(V, values, self._in_shape, "the direction V"), values,
+                             shaped=True)
 
     def gradient_function(self, **values):
         """The gradient of λ (in Wi for a block (Wi, Wj))."""
-        return self._first_function(values)
+        return self._first_function(values, shaped=True)
 
 
 class JacobianFunctions(_Functions):
@@ -412,7 +430,8 @@ class JacobianFunctions(_Functions):
 
     def vjp(self, G, /, **values):
         """Jᵀ[G]: the cotangent G (F's shape) pulled back to W's shape, ∂(G:F)/∂W."""
-        return self._product("vjp", self._tangent(G, values, self._out_shape, "the cotangent G"), values)
+        return self._product("vjp", self._tangent(G, values, self._out_shape, "the cotangent G"), values,
+                             shaped=True)
 
     def value_function(self, **values):
         """F itself."""

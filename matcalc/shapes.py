@@ -121,6 +121,10 @@ def parse_declaration(name: str, spec) -> tuple:
         spec = tuple(spec)
     except TypeError:
         raise ShapeError(f"the shape of {name} must be a tuple of dimensions, got {spec!r}") from None
+    if len(spec) == 1 and isinstance(spec[0], str) and spec[0].strip().lower() in KINDS:
+        raise ShapeError(f"the shape of {name} is given as {spec[0].strip()!r}: give its dimensions, names or sizes "
+                         f"(like {name}=n,m on the command line, shapes={{'{name}': ('n', 'm')}} in Python; a vector "
+                         f"{name}=n, a scalar {name}=scalar)")
     if len(spec) > 2:
         raise ShapeError(f"{name} is declared with {len(spec)} dimensions; matcalc handles scalars, "
                          "vectors and matrices (at most 2)")
@@ -144,6 +148,9 @@ def parse_declaration(name: str, spec) -> tuple:
         else:
             raise ShapeError(f"bad dimension {d!r} in the shape of {name}: use a name like n or an int")
     return tuple(dims)
+
+
+KINDS = ("matrix", "vector", "column", "row", "array")  # what a shape is, where its dimensions were meant
 
 
 def _walk(node: Node):

@@ -430,6 +430,9 @@ class _FromSympy:
         if isinstance(e, sp.Symbol):
             self.declare(e.name, (), e)
             return e.name
+        if not isinstance(e, sp.Basic) or isinstance(e, sp.MatrixBase):  # an explicit Matrix([[1, 2], …])
+            raise DeriveError(f"the SymPy {type(e).__name__} {str(e)[:60]} has no matcalc equivalent: matcalc "
+                              "reads matrix expressions of MatrixSymbols (X = MatrixSymbol('X', n, m))")
         if e.is_Integer or e.is_Float:
             v = float(e)
             return (str(int(v)) if e.is_Integer else repr(v)) if v >= 0 else f"({v!r})"

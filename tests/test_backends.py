@@ -532,3 +532,19 @@ def test_the_gradient_wrt_a_definition_in_a_framework(backend):
     s = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
     got = to_numpy(backend, d.callable(backend)(**to_framework(backend, vals)))
     np.testing.assert_allclose(got, vals["t"].sum() * s - vals["t"], rtol=1e-10)
+
+
+@pytest.mark.parametrize("backend", _backend_params())
+def test_a_vector_given_as_a_column_or_row_to_a_framework_function(backend):
+    # refused ("x must be a vector (1-D)") where the NumPy function takes it; the gradient
+    # comes back in the shape given, as d.function returns it
+    d = matcalc.derive("sum(exp(A@x))", "x")
+    A, x = np.eye(3) / 2 + 0.1, np.arange(3.0)
+    want = A.T @ np.exp(A @ x)
+    for given in (x[:, None], x[None, :]):
+        fw = to_framework(backend, {"A": A, "x": given})
+        g = d.callable(backend)(**fw)
+        assert tuple(g.shape) == given.shape
+        np.testing.assert_allclose(np.asarray(g).ravel(), want, rtol=1e-12)
+        _, grads = matcalc.value_and_grad("sum(exp(A@x))", wrt=["x", "A"]).callable(backend)(**fw)
+        assert tuple(grads["x"].shape) == given.shape

@@ -344,3 +344,13 @@ def test_a_star_meant_as_the_matrix_product_is_named_alone():
                         ("sum(x*y)*x.T*y", "sum(x*y)*x.T@y"), ("(w*x).T*y", "(w*x).T@y")]:
         with pytest.raises(ShapeError, match=re.escape(f"for the matrix product write {meant})")):
             matcalc.derive(expr, "x")
+
+
+def test_a_shape_given_as_a_kind_and_a_sympy_matrix_of_numbers_are_refused():
+    import sympy
+
+    with pytest.raises(ShapeError, match=r"the shape of X is given as 'matrix': give its dimensions"):
+        matcalc.derive("sum(X)", "X", shapes={"X": "matrix"})  # (it made X a vector of length "matrix")
+    X = sympy.MatrixSymbol("X", 2, 2)
+    with pytest.raises(DeriveError, match="has no matcalc equivalent"):  # (an AttributeError traceback)
+        matcalc.derive(sympy.Trace(X.T * sympy.Matrix([[1, 2], [3, 4]])), wrt=X)

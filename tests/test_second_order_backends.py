@@ -499,3 +499,22 @@ def test_the_framework_products_take_python_names_and_lists(backend):
     z = np.array(W) @ np.array(h)
     np.testing.assert_allclose(np.asarray(J.jvp(np.ones((2, 3)), W=W, h=h)), (1 - np.tanh(z) ** 2) * sum(h),
                                rtol=1e-12)
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_framework_products_of_a_vector_given_as_a_column(backend):
+    # x and V given (3, 1): hvp returned the 3×3 outer product (the column broadcast against
+    # the 1-D code); now as the NumPy hvp: the product in x's shape, the same numbers
+    pytest.importorskip(backend)
+    x, V, A = np.arange(3.0) / 3, np.array([1.0, 2.0, -1.0]), np.eye(3) / 2 + 0.1
+    h = matcalc.hessian("sum(exp(x))", "x")
+    got = h.callable(backend).hvp(V[:, None], x=x[:, None])
+    assert tuple(got.shape) == (3, 1)
+    np.testing.assert_allclose(np.asarray(got).ravel(), np.exp(x) * V, rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(h.callable(backend).hvp([1.0, 2.0, -1.0], x=x)), np.exp(x) * V, rtol=1e-12)
+    J = matcalc.jacobian("exp(A@x)", "x")
+    Jb = J.callable(backend)
+    np.testing.assert_allclose(np.asarray(Jb.jvp(V, A=A, x=x[:, None])).ravel(), np.exp(A @ x) * (A @ V), rtol=1e-12)
+    back = Jb.vjp(V, A=A, x=x[:, None])
+    assert tuple(back.shape) == (3, 1)
+    np.testing.assert_allclose(np.asarray(back).ravel(), A.T @ (np.exp(A @ x) * V), rtol=1e-12)
