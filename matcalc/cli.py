@@ -268,9 +268,36 @@ def evaluate_at(d, values: dict):
         raise ShapeError(f"--at: {getattr(e, 'message', e)}") from None
 
 
+def _unknown_options(parser, argv) -> None:
+    """A refusal naming an option the command does not have (and the one probably meant), before
+    argparse, which would first say that a required --wrt is missing where --wrtt was typed."""
+    import difflib
+
+    sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+    command = sub.choices.get(argv[0]) if sub is not None and argv else None
+    if command is None:
+        return
+    known = list(command._option_string_actions)
+    takes_value = {o for a in command._actions if a.nargs != 0 for o in a.option_strings}
+    skip = False
+    for tok in argv[1:]:
+        if skip or tok == "--":
+            skip = False
+            if tok == "--":
+                return
+            continue
+        name = tok.split("=", 1)[0]
+        if _OPTION.fullmatch(tok) and not any(k.startswith(name) for k in known):
+            close = difflib.get_close_matches(name, known, 1)
+            parser.error(f"{argv[0]} has no option {name}" + (f" (did you mean {close[0]}?)" if close else ""))
+        skip = name in takes_value and "=" not in tok
+
+
 def run(argv=None) -> int:
     argv, marked = _protect_leading_minus(argv)
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    _unknown_options(parser, argv)
+    args = parser.parse_args(argv)
     if marked is not None and getattr(args, "expr", None) == argv[marked]:
         args.expr = args.expr[1:]
     if args.command == "serve":  # the web framework is imported only here

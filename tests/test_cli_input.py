@@ -306,3 +306,15 @@ def test_code_with_json_prints_json():
         r = subprocess.run([sys.executable, "-m", "matcalc", *cmd, "--wrt", wrt, "--code", "--json"],
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == 0 and "def " in json.loads(r.stdout.splitlines()[0])["numpy_source"], r.stdout[:200]
+
+
+def test_an_unknown_option_is_named(capsys):
+    # --wrtt x said only "the following arguments are required: --wrt"
+    for argv, said in [(["derive", "sum(x)", "--wrtt", "x"], "derive has no option --wrtt (did you mean --wrt?)"),
+                       (["hessian", "x:x", "--wrt", "x", "--kronn"], "hessian has no option --kronn (did you mean "
+                                                                       "--kron?)")]:
+        with pytest.raises(SystemExit) as e:  # (a usage error: argparse's exit, status 2)
+            cli.run(argv)
+        assert e.value.code == 2 and said in capsys.readouterr().err
+    code, out, err = run(capsys, "derive", "--x:x", "--wrt", "x")  # (an expression, not an option)
+    assert code == 0, err
