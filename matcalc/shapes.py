@@ -671,7 +671,7 @@ class _Typer:
             if {ko, ks} == {"row", "col"}:  # a column and a row: every pair, n×m, as NumPy's (n, 1) - (1, m)
                 out = (out[0], s[1]) if ko == "col" else (s[0], out[1])
                 self.note(n, f"{self.text(n)} combines a column and a row: every pair of their entries, "
-                             f"a matrix {self.show(out)}, as NumPy broadcasts (n, 1) and (1, m) arrays")
+                             f"a matrix {self.show(out)}, as NumPy broadcasts a column against a row")
                 continue
             hint = self.default_vector_hint(first_node, c)
             if not hint and (ko is None) != (ks is None):
