@@ -288,8 +288,8 @@ def _unknown_options(parser, argv) -> None:
             continue
         name = tok.split("=", 1)[0]
         if _OPTION.fullmatch(tok) and not any(k.startswith(name) for k in known):
-            close = difflib.get_close_matches(name, known, 1)
-            parser.error(f"{argv[0]} has no option {name}" + (f" (did you mean {close[0]}?)" if close else ""))
+            close = difflib.get_close_matches(name.lower(), known, 1)
+            command.error(f"{argv[0]} has no option {name}" + (f" (did you mean {close[0]}?)" if close else ""))
         skip = name in takes_value and "=" not in tok
 
 

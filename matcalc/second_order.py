@@ -518,6 +518,8 @@ class _LinearMap:
                 given = np.shape(values[name])
                 if len(given) < len(shape):  # a row or column given as a 1-D vector: skip the 1
                     given = tuple(1 if d == 1 else given[0] for d in shape) if given else ()
+                elif len(shape) == 1 and len(given) == 2 and 1 in given:  # a vector given as a row or column
+                    given = (given[0] * given[1],)
                 for d, s in zip(shape, given):
                     sizes.setdefault(d, s)
         return tuple(d if isinstance(d, int) else _dim_size(d, sizes) for d in shape_user if d != 1)

@@ -344,7 +344,10 @@ class _Functions:
         for name, shape in self._user_shapes.items():
             v = values.get(name)
             if v is not None and hasattr(v, "shape"):
-                for dd, s in zip(shape, tuple(v.shape)):
+                given = tuple(v.shape)
+                if len(shape) == 1 and len(given) == 2 and 1 in given:  # a vector given as a row or column
+                    given = (given[0] * given[1],)
+                for dd, s in zip(shape, given):
                     sizes.setdefault(dd, int(s))
         from .second_order import _dim_size
 

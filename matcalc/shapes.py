@@ -112,7 +112,7 @@ def parse_declaration(name: str, spec) -> tuple:
         raise ShapeError(f"shapes are declared by symbol name (a str), got the key {name!r}")
     if isinstance(spec, str):
         s = spec.strip()
-        if s in ("", "scalar", "()"):
+        if s.lower() in ("", "scalar", "()"):
             return ()
         spec = [p.strip() for p in s.strip("()").split(",") if p.strip()]
     if isinstance(spec, numbers.Integral) and not isinstance(spec, bool):  # (NumPy's integers too)
@@ -121,6 +121,8 @@ def parse_declaration(name: str, spec) -> tuple:
         spec = tuple(spec)
     except TypeError:
         raise ShapeError(f"the shape of {name} must be a tuple of dimensions, got {spec!r}") from None
+    if len(spec) == 1 and isinstance(spec[0], str) and spec[0].strip().lower() == "scalar":  # ("scalar",)
+        return ()
     if len(spec) == 1 and isinstance(spec[0], str) and spec[0].strip().lower() in KINDS:
         raise ShapeError(f"the shape of {name} is given as {spec[0].strip()!r}: give its dimensions, names or sizes "
                          f"(like {name}=n,m on the command line, shapes={{'{name}': ('n', 'm')}} in Python; a vector "

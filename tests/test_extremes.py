@@ -79,3 +79,11 @@ def test_a_quotient_by_a_squared_norm_stays_finite():
     # x/(x:x), the gradient of log ‖x‖, was 0 at ‖x‖ of 1e200 (x:x overflows): now u/‖x‖
     x = np.array([3.0, -4.0, 12.0]) * 1e200
     np.testing.assert_allclose(matcalc.derive("log(norm2(x))", "x").function(x=x), x / 13e200 / 13e200, rtol=1e-14)
+
+
+@pytest.mark.parametrize("scale", [1e110, 1e-110])
+def test_the_hessian_of_a_quotient_by_a_norm_stays_finite(scale):
+    # (a:x)/‖x‖: its Hessian's −(a:x)/‖x‖³·I overflowed (wrong numbers, no error) at ‖x‖ of 1e±110
+    h = matcalc.hessian("(a:x)/norm2(x)", "x")
+    a, x = np.array([1.0, 0.0, 0.0]), np.array([scale, 0.0, 0.0])
+    np.testing.assert_allclose(np.diag(h.matrix(a=a, x=x)) * scale * scale, [0.0, -1.0, -1.0], atol=1e-12)

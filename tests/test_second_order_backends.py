@@ -518,3 +518,15 @@ def test_framework_products_of_a_vector_given_as_a_column(backend):
     back = Jb.vjp(V, A=A, x=x[:, None])
     assert tuple(back.shape) == (3, 1)
     np.testing.assert_allclose(np.asarray(back).ravel(), A.T @ (np.exp(A @ x) * V), rtol=1e-12)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch", "jax"])
+def test_second_order_products_of_a_vector_given_as_a_row(backend):
+    # a plain x given (1, 3) was read as a vector of 1: "the direction V must have shape (1,)"
+    if backend != "numpy":
+        pytest.importorskip(backend)
+    x = np.arange(3.0) / 3
+    h = matcalc.hessian("sum(exp(x))", "x")
+    got = (h if backend == "numpy" else h.callable(backend)).hvp(np.ones((1, 3)), x=x[None, :])
+    assert tuple(got.shape) == (1, 3)
+    np.testing.assert_allclose(np.asarray(got).ravel(), np.exp(x), rtol=1e-12)
