@@ -143,7 +143,7 @@ def _protect_leading_minus(argv):
         tok = argv[i]
         if tok == "--":
             return argv, None
-        if tok in takes_value:
+        if tok in takes_value or _abbreviates(tok, takes_value):
             i += 2
             continue
         if tok.startswith("-") and len(tok) > 1 and tok != "-h" and not _OPTION.fullmatch(tok):
@@ -153,6 +153,16 @@ def _protect_leading_minus(argv):
             return argv, None  # the expression is already a plain positional argument
         i += 1
     return argv, None
+
+
+_FLAGS = {"--steps", "--latex", "--code", "--check", "--exact", "--json", "--kron", "--help"}
+
+
+def _abbreviates(tok: str, takes_value: set) -> bool:
+    """Whether tok is an abbreviation argparse reads as one option that takes a value (--wr:
+    --wrt), so that the token after it is that value, not the expression."""
+    matches = {o for o in takes_value | _FLAGS if o.startswith(tok)} if tok.startswith("--") and len(tok) > 2 else ()
+    return len(matches) == 1 and next(iter(matches)) in takes_value
 
 
 EXACT_SECONDS = 120  # SymPy's symbolic inverse of a large nest can run for hours

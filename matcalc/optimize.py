@@ -276,8 +276,9 @@ def _stable_form(e: Expr) -> Expr:
     """log(c + eᶻ) = softplus(z − log c) + log c and eᶻ/(c + eᶻ) = σ(z − log c) for a
     constant c > 0: the same values, without inf/inf where eᶻ overflows; log cosh(z) as
     |z| + softplus(−2|z|) − log 2, finite where cosh(z) overflows; xᵏ∘log(x), the
-    derivative of xᵏ in k, as xlogy(xᵏ, x), 0 and not 0·(−∞) where x = 0.  (The printed
-    derivation keeps the form the user wrote.)"""
+    derivative of xᵏ in k, as xlogy(xᵏ, x), 0 and not 0·(−∞) where x = 0; 1 − σ(z) as σ(−z);
+    quotients by norms through unit vectors (_unit_vectors).  (The printed derivation keeps
+    the form the user wrote.)"""
     if e.op == "mul" and any(f.op == "mul" for f in e.args):  # log(x)∘(log(y)∘z): the factors side by side
         flat = ir.mul(*[g for f in e.args for g in (f.args if f.op == "mul" else (f,))])
         if flat.op == "mul" and any(_xlogx_power(flat.args[i], flat.args[j]) is not None
@@ -312,6 +313,12 @@ def _stable_form(e: Expr) -> Expr:
     unit = _unit_vectors(e)
     if unit is not None:
         return unit
+    if e.op == "add" and len(e.args) == 2:  # 1 − σ(z) = σ(−z), all its digits where σ(z) rounds to 1
+        one, rest = e.args if e.args[0].op == "const" else e.args[::-1]
+        if one.op == "const" and one.attr == 1.0 and one.shape == SCALAR and rest.op == "mul" \
+                and len(rest.args) == 2 and rest.args[0].op == "const" and rest.args[0].attr == -1.0 \
+                and rest.args[1].op == "sigmoid" and rest.shape == e.shape:
+            return ir.func("sigmoid", ir.neg(rest.args[1].args[0]))
     if e.op == "div" and e.args[0].op == "exp" and _c_plus_exp(e.args[1]):
         c, z = _c_plus_exp(e.args[1])
         if z == e.args[0].args[0]:

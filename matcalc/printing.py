@@ -242,6 +242,10 @@ class TextPrinter:
             return f"{a or self.wrap(e.args[0], FROB)}:{self.wrap(e.args[1], FROB, strict=True)}", FROB
         if op == "pow":
             k = e.args[1]
+            a = e.args[0]
+            if a.op == "dim" and k.op == "const" and k.attr == 2.0 and a not in self.names \
+                    and ("size", a.attr, a.attr) in self.dims:  # n² of a square X: size(X)
+                return self.visit(Expr("dim", (), f"{a.attr}*{a.attr}", SCALAR))
             ks = exponent_text(k.attr, self._pi_allowed, self.pow_op) if k.op == "const" else self.wrap(k, ATOM)
             return f"{self.wrap(e.args[0], POST)}**{ks}", POW
         if op == "T":

@@ -87,3 +87,22 @@ def test_the_hessian_of_a_quotient_by_a_norm_stays_finite(scale):
     h = matcalc.hessian("(a:x)/norm2(x)", "x")
     a, x = np.array([1.0, 0.0, 0.0]), np.array([scale, 0.0, 0.0])
     np.testing.assert_allclose(np.diag(h.matrix(a=a, x=x)) * scale * scale, [0.0, -1.0, -1.0], atol=1e-12)
+
+
+def test_the_hessian_of_a_saturated_log_sigmoid_keeps_its_digits():
+    # -σ(-x)(1 - σ(-x)): 1 - σ(-x) rounded to 0 for x ≤ -37 (torch had it exact); σ(-x)σ(x) now
+    h = matcalc.hessian("sum(logsigmoid(x))", "x")
+    x = np.array([-40.0, -100.0, -700.0, 0.5, 30.0])
+    mpmath.mp.dps = 50
+    want = [float(-mpmath.exp(v) / (1 + mpmath.exp(v)) ** 2) for v in x]
+    np.testing.assert_allclose(h.hvp(np.ones(5), x=x), want, rtol=1e-13)
+
+
+def test_a_vector_given_after_an_abbreviated_option_and_the_size_of_a_square_matrix():
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "matcalc", "derive", "--wr", "x", "-x:x"], capture_output=True,
+                       text=True, timeout=60)  # (--wr took the expression for its value)
+    assert r.returncode == 0 and "-2*x" in r.stdout, r.stderr
+    assert matcalc.derive("mean(X)", "X", shapes={"X": ("n", "n")}).text == "1/size(X)"  # (was 1/size(X, 0)**2)

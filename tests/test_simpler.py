@@ -457,7 +457,7 @@ def test_diagonals_of_outer_products_and_sums_through_Diag(expr, text, want):
     ("sum(diag(X)@y.T)", "X", "sum(y)*I", lambda X, x, y: y.sum() * np.eye(4)),
     ("sum(alpha*y@x.T)", "alpha", "sum(x)*sum(y)", lambda X, x, y: x.sum() * y.sum()),
     ("sum(diag(X@X.T)@y.T)", "X", "2*sum(y)*X", lambda X, x, y: 2 * y.sum() * X),
-    ("mean(diag(X)@diag(X).T)", "X", "2*sum(diag(X))*I/size(X, 0)**2",
+    ("mean(diag(X)@diag(X).T)", "X", "2*sum(diag(X))*I/size(X)",
      lambda X, x, y: 2 * np.trace(X) * np.eye(4) / 16),
 ])
 def test_a_matrix_of_ones_times_a_vector_is_its_sum_spread(expr, wrt, text, want):
