@@ -1025,7 +1025,7 @@ def _compare(m, f, inputs, wrt, rng, tol, h=1e-6, max_cols=24, constant=False, c
         return float("inf"), len(cols), "unmeasurable"
     if zero:  # a zero map's products are held to f's rounding, as the differences measure it
         spread = 10 * float(np.max(np.abs(fd - differences(2.0)))) if fd.size else 0.0  # (a margin)
-        denom, note = max(fscale, noise / tol, spread / tol, 1e-10), "zero"
+        denom, note = max(fscale, 0.0 if constant else noise / tol, spread / tol, 1e-10), "zero"
     else:
         if careful:  # (a longer step: its truncation and aliasing count from the start)
             noise = max(noise, 2 * step_spread(fd, differences))
@@ -1046,6 +1046,8 @@ def _compare(m, f, inputs, wrt, rng, tol, h=1e-6, max_cols=24, constant=False, c
     # scale (and the rounding of f-sized terms in their formulas), not to the differences' noise
     fmag = float(np.max(np.abs(at(x0 if shape else float(x0)))))
     exact = max(fscale, 1e-10, 100 * float(np.finfo(float).eps) * fmag)
+    if zero:  # (a map 0 by cancellation: its products are the rounding of its terms, as the differences')
+        exact = max(exact, denom)
     # the matrix-free product along random directions, against the dense matrix
     V = rng.standard_normal(n)
     Vt = V.reshape(shape, order="F") if shape else float(V[0])

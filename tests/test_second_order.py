@@ -818,3 +818,11 @@ def test_a_check_report_holds_plain_python_values():
     r = subprocess.run([sys.executable, "-m", "matcalc", "hessian", expr, "--wrt", "alpha", "--check", "--json"],
                        capture_output=True, text=True)
     assert r.returncode == 0 and json.loads(r.stdout.splitlines()[0])["check"]["ok"] is True, r.stderr
+
+
+def test_a_map_zero_by_cancellation_is_held_to_the_rounding_of_its_terms():
+    # the Hessian of |α|·‖z‖·n in α is 0 by cancellation of terms of about ‖z‖²/|α|: its products
+    # were held to 1e-10 and the check could not be made (it passed before that rule)
+    for seed in range(3):
+        report = matcalc.hessian("sum(norm2(alpha*z.T) - (X + k + W1))", "alpha").check(seed=seed)
+        assert report.ok, str(report)
