@@ -390,26 +390,34 @@ class BackendFunction:
         return f"<matcalc {self.backend} function {self.name}({', '.join(self.params)})>"
 
     def __call__(self, /, *args, **kwargs):
-        from .function import by_name, check_arguments, check_shapes
+        from .function import by_name
 
         if args:
             raise by_name(self.name, args, self.params)
-        kwargs = check_arguments(self.name, kwargs, self.params)
-        flat = check_shapes(self.name, kwargs, self.user_shapes)
-        if self.backend == "torch":
-            kwargs = torch_inputs(kwargs)
-        if flat:  # vectors given as columns or rows: 1-D in, and their gradients back in their shapes
-            given = {k: shape_of(kwargs[k]) for k in flat}
-            kwargs = {k: flatten(v) if k in given else v for k, v in kwargs.items()}
+        kwargs, given = framework_arguments(self.name, kwargs, self.params, self.user_shapes, self.backend)
         out = self.emitted(**(kwargs if self._same_names else {self.params[k]: v for k, v in kwargs.items()}))
-        if flat and self.wrt in given:
+        if self.wrt in given:  # a vector given as a column or row: its gradient comes back so
             out = out.reshape(given[self.wrt])
-        elif flat and self.grads_like:
+        elif given and self.grads_like:
             out[1].update({k: out[1][k].reshape(given[k]) for k in self.grads_like if k in given})
         return out
 
     wrt = None  # the variable whose gradient this returns
     grads_like = ()  # value_and_grad: the variables of its gradients
+
+
+def framework_arguments(fname: str, kwargs: dict, params, user_shapes: dict, backend: str):
+    """(the arguments of a torch or jax function by their symbols' names, {each plain vector
+    given as a column or row: the shape given}): names and shapes checked, NumPy arrays and
+    lists as torch's tensors (torch_inputs), those vectors 1-D."""
+    from .function import check_arguments, check_shapes
+
+    kwargs = check_arguments(fname, kwargs, params)
+    flat = check_shapes(fname, kwargs, user_shapes)
+    if backend == "torch":
+        kwargs = torch_inputs(kwargs)
+    given = {k: shape_of(kwargs[k]) for k in flat}
+    return ({k: flatten(v) if k in given else v for k, v in kwargs.items()} if given else kwargs), given
 
 
 def shape_of(v) -> tuple:

@@ -257,7 +257,7 @@ def _judge(err: float, fd, signal: float, noise: float, tol: float, differences,
     if careful:
         noise = max(noise, 2 * step_spread(fd, differences))
     out = _compare(err, signal, noise, tol, len(fd))
-    if out[2] != "unmeasurable" and out[0] > tol:
+    if out[2] != "unmeasurable" and out[0] > tol and not careful:  # (careful counted that spread already)
         spread = float(np.max(np.abs(fd - differences(2.0))))
         out = _compare(err, signal, max(noise, 2 * spread), tol, len(fd))
     return out

@@ -147,20 +147,13 @@ class MatcalcOp:
         return f
 
     def __call__(self, /, *args, **kwargs):
-        from .function import by_name, check_arguments, check_shapes
+        from .backends import framework_arguments
+        from .function import by_name
 
         if args:
             raise by_name(f"op({self.expr})", args, self._py)
-        kwargs = check_arguments(f"op({self.expr})", kwargs, self._py)
-        flat = check_shapes(f"op({self.expr})", kwargs, self.user_shapes)
-        if self.backend == "torch":
-            from .backends import torch_inputs
-
-            kwargs = torch_inputs(kwargs)
-        if flat:  # a vector given as a column or row: 1-D in (the framework carries its gradient back)
-            from .backends import flatten
-
-            kwargs = {k: flatten(v) if k in flat else v for k, v in kwargs.items()}
+        # (a vector given as a column or row goes in 1-D: the framework carries its gradient back)
+        kwargs, _ = framework_arguments(f"op({self.expr})", kwargs, self._py, self.user_shapes, self.backend)
         return self.orientation.apply(self._fn(*[kwargs[n] for n in self.names]), kwargs)
 
     def __repr__(self):

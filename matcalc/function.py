@@ -90,6 +90,12 @@ def _names(shape) -> str:
     return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
+def vector_length(shape: tuple, given: tuple) -> tuple:
+    """``given`` (a shape) as the (length,) of a plain vector (``shape`` 1-D) given as a column
+    or row; else ``given`` itself."""
+    return (given[0] * given[1],) if len(shape) == 1 and len(given) == 2 and 1 in given else given
+
+
 def check_shapes(fname: str, values: dict, user_shapes: dict) -> list:
     """A ShapeError where the arguments' shapes (NumPy, torch or jax arrays, numbers) do not
     fit the declared ones or each other: what the framework's own error would say deep inside
@@ -109,9 +115,9 @@ def check_shapes(fname: str, values: dict, user_shapes: dict) -> list:
             if any(d == 1 and s != 1 for d, s in zip(shape, given)):
                 raise ShapeError(f"{fname}: {name} must have shape {shape}, got {given}")
             given = tuple(s for d, s in zip(shape, given) if d != 1)
-        elif len(shape) == len(dims) == 1 and len(given) == 2 and 1 in given:  # a vector as a column or row
+        elif len(dims) == 1 and (length := vector_length(shape, given)) is not given:  # as a column or row
             flat.append(name)
-            given = (given[0] * given[1],)
+            given = length
         elif len(given) != len(dims) and not (not dims and all(s == 1 for s in given)):
             kind = {0: "a scalar", 1: "a vector (1-D)", 2: "a matrix (2-D)"}[len(dims)]
             raise ShapeError(f"{fname}: {name} must be {kind} of shape {shape}, got shape {given}")

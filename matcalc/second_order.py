@@ -512,14 +512,15 @@ class _LinearMap:
     def _concrete(self, shape_user, values):
         import numpy as np
 
+        from .function import vector_length
+
         sizes = {}
         for name, shape in self.user_shapes.items():
             if name in values:
                 given = np.shape(values[name])
                 if len(given) < len(shape):  # a row or column given as a 1-D vector: skip the 1
                     given = tuple(1 if d == 1 else given[0] for d in shape) if given else ()
-                elif len(shape) == 1 and len(given) == 2 and 1 in given:  # a vector given as a row or column
-                    given = (given[0] * given[1],)
+                given = vector_length(shape, given)  # (a vector given as a column or row)
                 for d, s in zip(shape, given):
                     sizes.setdefault(d, s)
         return tuple(d if isinstance(d, int) else _dim_size(d, sizes) for d in shape_user if d != 1)
@@ -1034,7 +1035,7 @@ def _compare(m, f, inputs, wrt, rng, tol, h=1e-6, max_cols=24, constant=False, c
             return float("inf"), len(cols), "unmeasurable"
         denom, note = got
         err = float(np.max(np.abs(fd - an)))
-        if err / denom > tol:
+        if err / denom > tol and not careful:  # (careful counted that spread already)
             noise = max(noise, 2 * float(np.max(np.abs(fd - differences(2.0)))))
             got = _scale(fscale, noise, tol)
             if got is None:

@@ -325,29 +325,23 @@ class _Functions:
     def _values(self, fname, values):
         """(the values under the emitted code's names, {a vector given as a column or row: its
         shape}): the values checked (names, shapes), in torch's tensors, those vectors 1-D."""
-        from .backends import flatten, shape_of, torch_inputs
-        from .function import check_arguments, check_shapes
+        from .backends import framework_arguments
 
-        values = check_arguments(fname, values, self._py)
-        flat = check_shapes(fname, values, self._user_shapes)
-        if self.backend == "torch":
-            values = torch_inputs(values)
-        given = {k: shape_of(values[k]) for k in flat}
-        return {self._py[k]: flatten(v) if k in given else v for k, v in values.items()}, given
+        values, given = framework_arguments(fname, values, self._py, self._user_shapes, self.backend)
+        return {self._py[k]: v for k, v in values.items()}, given
 
     def _shaped(self, out, given):
         """A gradient-shaped result in the shape its variable was given in (a column or row)."""
         return out.reshape(given[self._like]) if self._like in given else out
 
     def _concrete(self, shape_user, values):
+        from .function import vector_length
+
         sizes = {}
         for name, shape in self._user_shapes.items():
             v = values.get(name)
             if v is not None and hasattr(v, "shape"):
-                given = tuple(v.shape)
-                if len(shape) == 1 and len(given) == 2 and 1 in given:  # a vector given as a row or column
-                    given = (given[0] * given[1],)
-                for dd, s in zip(shape, given):
+                for dd, s in zip(shape, vector_length(shape, tuple(v.shape))):  # (a column or row vector too)
                     sizes.setdefault(dd, int(s))
         from .second_order import _dim_size
 
