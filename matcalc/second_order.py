@@ -283,8 +283,13 @@ class _LinearMap:
 
     @cached_property
     def _vec(self):
+        """The vec form, or None: also for a map too large to write out (MAX_TREE), whose
+        Kronecker products would be larger still, and slow to collect (about L⁴ for L
+        nested layers)."""
         from .vecform import vec_form
 
+        if self.linear is not None and tree_size(self.linear) > MAX_TREE:
+            return None
         vf = vec_form(self.linear, self.dW, self.out_node.shape)
         if vf is not None:
             vf.names, vf.dims, vf.taken = dict(self._user_names or {}), self._dims, self._symbol_tex

@@ -590,6 +590,39 @@ def test_a_map_too_large_to_write_out_defines_its_names():
     assert np.allclose(back.value_function(X=X, dX=V), h.hvp(V, X=X), rtol=1e-12, atol=1e-12)
 
 
+def test_a_deep_nest_has_no_vec_form_and_its_hessian_is_right():
+    # sum(σ(A@σ(A@…σ(A@x)))) with A in every layer: the map is too large to write out, so it has
+    # no Kronecker form (collecting one took about L⁴: 10 s at 20 layers); the matrix is still
+    # the derivative of the gradient, taken here by central differences of a NumPy backprop
+    layers = 12
+    expr = "x"
+    for _ in range(layers):
+        expr = f"sigmoid(A@{expr})"
+    h = matcalc.hessian(f"sum({expr})", "A", shapes={"A": ("n", "n"), "x": ("n",)})
+    assert h.kron is None and h.kron_latex is None and h.to_dict()["kron"] is None
+
+    def grad(A, x):
+        zs = [x]
+        for _ in range(layers):
+            zs.append(1 / (1 + np.exp(-A @ zs[-1])))
+        g, G = np.ones_like(x), np.zeros_like(A)
+        for k in range(layers, 0, -1):
+            g = g * zs[k] * (1 - zs[k])
+            G += np.outer(g, zs[k - 1])
+            g = A.T @ g
+        return G
+
+    rng = np.random.default_rng(3)
+    A, x = rng.standard_normal((3, 3)), rng.standard_normal(3)
+    eps, cols = 1e-6, []
+    for j in range(9):
+        E = np.zeros(9)
+        E[j] = eps
+        E = E.reshape((3, 3), order="F")
+        cols.append(((grad(A + E, x) - grad(A - E, x)) / (2 * eps)).reshape(-1, order="F"))
+    np.testing.assert_allclose(h.matrix(A=A, x=x), np.array(cols).T, rtol=1e-6, atol=1e-8)
+
+
 @pytest.mark.parametrize("expr", ["log(1 + sum(x)**2)", "1/(1 + sum(x)**2)", "exp(-sum(x))/(1 + sum(x))"])
 def test_a_multiple_of_a_matrix_of_ones_keeps_its_ones_in_the_text(expr):
     # H = c 1 1ᵀ: the text said c@dx (a scalar times dx, refused on reading) for c*(1@(1.T@dx))
