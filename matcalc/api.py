@@ -220,6 +220,12 @@ class Derivation:
         """The names a step is printed with: all but those written out by then."""
         return {k: v for k, v in self._names.items() if k not in step.expanded}
 
+    def _names_before(self, step):
+        """The names ``step``'s expression before it is printed with: those of the step before
+        (a step that writes dz out has dz in its before, p*dz in its after)."""
+        i = next(k for k, st in enumerate(self.steps) if st is step)
+        return self._step_names(self.steps[i - 1]) if i else self._names
+
     def _prim_names(self):
         return {k: v for k, v in self._names.items() if not isinstance(v, DiffName)}
 
@@ -370,7 +376,7 @@ class Derivation:
     def to_dict(self, check=None) -> dict:
         out = {"wrt": self.wrt, "expr": self.expr, "gradient": self.text, "latex": self.latex,
                "shape": list(self.shape), "shape_text": self.shape_text,
-               "steps": [{"before": self._print(s.before, self._step_names(s), True),
+               "steps": [{"before": self._print(s.before, self._names_before(s), True),
                           "after": text, "identity": s.identity} for s, text in self._shown_steps],
                "numpy_source": self.numpy_source, "short_gradient": self.short_text,
                "definitions": self.definitions, "shape_reason": self.shape_reason,

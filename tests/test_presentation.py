@@ -259,6 +259,17 @@ def test_no_step_repeats_the_line_before(expr, wrt):
     assert [s["after"] for s in d.to_dict()["steps"]] == rows
 
 
+def test_each_recorded_step_begins_where_the_one_before_ended():
+    # a step that writes a name out (dp = p*dz) recorded its before with the name written out
+    # already: before and after read the same, and the chain broke
+    for case in load_corpus():
+        d = matcalc.derive(case["expr"], wrt=case["wrt"], shapes=case["shapes"])
+        steps = d.to_dict()["steps"]
+        assert steps[0]["before"].startswith("d(")
+        for a, b in zip(steps, steps[1:]):
+            assert b["before"] == a["after"] != b["after"], (case["id"], a, b)
+
+
 @pytest.mark.parametrize("expr, wrt, lets", [
     ("v.T@sigmoid(W@softplus(h))", "W", {"h": "(w.T@X.T).T"}),  # q was listed after z = W@q
     ("sum(softplus(W@h))", "W", {"h": "u*alpha"}),              # the short form's where lacked h
