@@ -511,21 +511,39 @@ class _Diagnostics:
         try:
             self.stream.write(text)
             self.stream.flush()
-        except (OSError, ValueError):
+        except (OSError, ValueError, AttributeError):  # (AttributeError: stderr closed, None)
             self.failed = True
         return len(text)
 
     def flush(self):
         try:
             self.stream.flush()
-        except (OSError, ValueError):
+        except (OSError, ValueError, AttributeError):
             self.failed = True
 
     def __getattr__(self, name):
         return getattr(self.stream, name)
 
 
+class _Closed:
+    """stdout when the command started with it closed (>&-: Python's sys.stdout is None):
+    writing to it fails as writing to a closed file does."""
+
+    def write(self, text):
+        import errno
+
+        raise OSError(errno.EBADF, "standard output is closed")
+
+    def flush(self):
+        pass
+
+    def fileno(self):
+        return 1
+
+
 def main(argv=None) -> None:
+    if sys.stdout is None:
+        sys.stdout = _Closed()
     _printable_streams()
     sys.stderr = errors = _Diagnostics(sys.stderr)
     try:

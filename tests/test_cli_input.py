@@ -156,6 +156,18 @@ def test_output_that_cannot_be_written_is_no_internal_error():
     assert r.returncode == 74 and "cannot write the output" in r.stderr and "internal" not in r.stderr, r.stderr
 
 
+@pytest.mark.skipif(os.name != "posix", reason="closes a file descriptor the POSIX way")
+@pytest.mark.parametrize("closed, code", [(1, 74), (2, 2)])
+def test_a_closed_stdout_or_stderr_is_no_internal_error(closed, code):
+    # matcalc ... >&- said "internal error (AttributeError ...)", exit 3: Python's sys.stdout is None
+    argv = ["derive", "x:x", "--wrt", "x"] if closed == 1 else ["derive", "sum(x", "--wrt", "x"]
+    r = subprocess.run(["sh", "-c", f'"$0" -m matcalc "$@" {closed}>&-', sys.executable, *argv],
+                       capture_output=True, text=True)
+    assert r.returncode == code and "internal" not in r.stderr + r.stdout, (r.stdout, r.stderr)
+    if closed == 1:
+        assert "cannot write the output: standard output is closed" in r.stderr
+
+
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
 @pytest.mark.parametrize("argv, code", [
     (["derive", "sum(x", "--wrt", "x"], 2),        # a refusal whose message cannot be written: still 2
