@@ -2,6 +2,8 @@
 emitted function, with a fast path for float arrays of the right shapes."""
 from __future__ import annotations
 
+import math
+
 from .errors import ShapeError
 
 
@@ -72,6 +74,42 @@ class Sizes(dict):
             conflict(self.prefix, self, self.by, d, s, name, given, shape)
         self.by.setdefault(d, (name, given, shape))
 
+    def check_products(self) -> None:
+        """A ShapeError where a product of dimensions (the a*b of vec(X) or kron(A, B)) is not
+        the product of its factors' sizes, or not a multiple of those known."""
+        from .ir import dim_factors
+
+        for d, s in self.items():
+            factors = dim_factors(d)
+            if len(factors) < 2:
+                continue
+            named = [f for f in factors if not isinstance(f, int) and f in self]
+            k = math.prod(f if isinstance(f, int) else self[f] for f in factors if f in named or isinstance(f, int))
+            complete = len(named) == sum(not isinstance(f, int) for f in factors)
+            if s == k if complete else s % k == 0:
+                continue
+            name, given, shape = self.by[d]
+            said: dict = {}  # the argument that gave a factor its size -> [factor = size]
+            for f in named:
+                said.setdefault(self.by[f][0], []).append(f"{f} = {self[f]}")
+            parts = " and ".join(f"{' and '.join(fs)} ({a} has shape {self.by[_first(self.by, a)][1]})"
+                                 for a, fs in said.items())
+            if not parts:
+                why = f"{s} is not a multiple of {k}"
+            else:
+                why = f"{parts} make {d} {'=' if complete else 'a multiple of'} {k}"
+            involved = {name: shape, **{a: self.by[_first(self.by, a)][2] for a in said}}
+            names = [f"{a} is {_names(sh)}" for a, sh in involved.items()]
+            names = ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else names[0]
+            raise ShapeError(f"{self.prefix}{name} has shape {given}, which makes {d} = {s}, but {why} "
+                             f"({names})" + (": one of them is not the shape the expression takes"
+                                             if len(involved) > 1 else ""))
+
+
+def _first(by: dict, arg: str):
+    """The first dimension that the argument ``arg`` gave its size."""
+    return next(d for d, (a, _, _) in by.items() if a == arg)
+
 
 def conflict(prefix: str, sizes: dict, by: dict, d, s: int, name: str, given: tuple, shape: tuple):
     """The ShapeError of name's shape ``given``, which makes d = s where by[d] made it sizes[d]."""
@@ -127,6 +165,7 @@ def check_shapes(fname: str, values: dict, user_shapes: dict) -> list:
                     raise ShapeError(f"{fname}: {name} has shape {given}, but its declared shape is {shape}")
                 continue
             sizes.take(d, s, name, given, shape)
+    sizes.check_products()
     return flat
 
 
@@ -171,7 +210,8 @@ class GradientFunction:
         self._keys = set(params)
         self._same_names = all(k == v for k, v in params.items())
         # a declared size-1 dimension is squeezed inside the emitted code: no fast path then
-        self._fast = self._same_names and not any(d == 1 for sh in user_shapes.values() for d in sh)
+        self._fast = self._same_names and not any(d == 1 or "*" in str(d)  # (a*b: check_shapes)
+                                                  for sh in user_shapes.values() for d in sh)
         self._out_shape = out_shape  # the declared shape of the result (None: as computed)
         self._ndims = [(k, len(user_shapes[k])) for k in params]
         self._ndarray = np.ndarray
@@ -197,7 +237,8 @@ class GradientFunction:
 
         if not checked:
             kwargs = check_arguments(self.name, kwargs, self.params)
-        sizes, by = {}, {}
+        sizes = Sizes()
+        by = sizes.by
         out = {}
         for name, value in kwargs.items():
             shape = self.user_shapes[name]
@@ -253,6 +294,8 @@ class GradientFunction:
                     conflict("", sizes, by, d, s, name, arr.shape, shape)
                 by.setdefault(d, (name, arr.shape, shape))
             out[self.params[name]] = arr
+        if not self._fast:  # (a product of dimensions turns the fast path off)
+            sizes.check_products()
         return out
 
     def __call__(self, /, *args, **kwargs):

@@ -303,6 +303,31 @@ def test_a_shape_error_at_call_time_names_both_arguments_that_disagree():
         matcalc.derive("tr(S)", wrt="S", shapes={"S": ("n", "n")}).function(S=np.ones((3, 4)))
 
 
+@pytest.mark.parametrize("expr, wrt, shapes, args, want", [
+    ("y:vec(X)", "X", None, {"y": (3,), "X": (4, 5)},
+     r"y has shape \(3,\), which makes a\*b = 3, but a = 4 and b = 5 \(X has shape \(4, 5\)\) make a\*b = 20"),
+    ("K:kron(A, B)", "B", None, {"K": (5, 6), "A": (2, 3), "B": (3, 2)},
+     r"K has shape \(5, 6\), which makes a\*b = 5, but a = 2 \(A has shape \(2, 3\)\) and b = 3 \(B has shape "
+     r"\(3, 2\)\) make a\*b = 6 \(K is \(a\*b, c\*d\), A is \(a, c\) and B is \(b, d\)\)"),
+    ("sum(unvec(y, 3))", "y", None, {"y": (7,)}, r"makes 3\*a = 7, but 7 is not a multiple of 3 \(y is \(3\*a,\)\)$"),
+])
+def test_a_product_of_dimensions_that_disagrees_with_its_factors_is_a_shape_error(expr, wrt, shapes, args, want):
+    # the sizes of vec(X) or kron(A, B) were never compared with X's, A's and B's: NumPy's
+    # "cannot reshape array of size 3 into shape (4,5)" came out of the emitted code
+    import numpy as np
+
+    d = matcalc.derive(expr, wrt=wrt, shapes=shapes)
+    with pytest.raises(ShapeError, match=want):
+        d.function(**{k: np.ones(v) for k, v in args.items()})
+    good = {k: np.ones(v) for k, v in args.items()}
+    good[next(iter(args))] = np.ones({"y:vec(X)": (20,), "K:kron(A, B)": (6, 6)}.get(expr, (9,)))
+    assert d.function(**good).shape == good[wrt].shape
+    at = [a for k, v in args.items() for a in ("--at", f"{k}={np.ones(v).tolist()}")]
+    r = subprocess.run([sys.executable, "-m", "matcalc", "derive", expr, "--wrt", wrt, *at],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and re.search(want.rstrip("$"), r.stderr), r.stderr
+
+
 def test_arguments_by_position_or_under_a_wrong_name_say_what_to_give():
     import inspect
 
