@@ -89,7 +89,10 @@ def parse_shapes(items) -> dict:
         if not sep or not name:
             raise DeriveError(f"--shape takes NAME=DIMS (like W=a,b or alpha=scalar), got {item!r}")
         dims = dims.strip()
-        shape = () if dims in ("", "scalar", "()") else tuple(p.strip() for p in dims.split(","))
+        if not dims:  # (--shape x=$DIMS with DIMS unset: not a way to say scalar)
+            raise DeriveError(f"--shape {item}: no dimensions after '=' (like {name}=a,b; "
+                              f"{name}=scalar for a scalar)")
+        shape = () if dims in ("scalar", "()") else tuple(p.strip() for p in dims.split(","))
         if "" in shape:
             raise DeriveError(f"--shape {item}: a dimension is empty (like W=a,b: names or ints "
                               "between the commas)")

@@ -414,7 +414,7 @@ class _Typer:
                 if self._beside_numbers(home, node, eyes):  # logdet(I + X@X.T), X declared (1, d)
                     self.parent[self.find(v)] = 1
                     continue
-                where = "" if name is None else f"in the definition of {name} ({name} = {source[:60]}): "
+                where = "" if name is None else _in_definition(name, source)
                 raise ShapeError(f"{where}cannot tell the size of {source[node.start:node.end]} from its context: "
                                  "nothing else in the expression has that dimension", source, node.start, node.end)
         return self.shape[id(root)]
@@ -1040,6 +1040,12 @@ def _in_use_order(definitions: dict, parse) -> list:
     return [(name, definitions[name], trees[name]) for name in order]
 
 
+
+def _in_definition(name: str, text: str) -> str:
+    """The head of an error in a definition: its text quoted (an unclosed bracket in it would
+    seem to close a parenthesis around it)."""
+    return f'in the definition of {name} ("{name} = {text[:60]}"): '
+
 def typecheck(ast: Node, source: str, declared: dict | None = None,
               definitions: dict | None = None, syntax: str = "matcalc", symmetric=()) -> Typed:
     """Type ``ast``; ``definitions`` maps names to the text of their values, each may use
@@ -1081,7 +1087,7 @@ def typecheck(ast: Node, source: str, declared: dict | None = None,
             t.source = text
             t.type(d_ast, name)  # its own text, for carets in its errors
         except MatcalcError as e:  # say which definition the error is in
-            raise type(e)(f"in the definition of {name} ({name} = {str(text)[:60]}): {e.message}",
+            raise type(e)(_in_definition(name, str(text)) + e.message,
                           e.source, e.start, e.end) from None
         t.def_ast[name] = d_ast
         parsed.append((name, d_ast, text))

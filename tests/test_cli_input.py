@@ -330,3 +330,16 @@ def test_an_unknown_option_is_named(capsys):
         assert e.value.code == 2 and said in capsys.readouterr().err
     code, out, err = run(capsys, "derive", "--x:x", "--wrt", "x")  # (an expression, not an option)
     assert code == 0, err
+
+
+def test_a_shape_with_nothing_after_the_equals_sign_is_refused(capsys):
+    # --shape x= (a shell variable that expanded to nothing) made x a scalar, silently
+    assert cli.run(["derive", "sum(x)", "--wrt", "x", "--shape", "x="]) == 2
+    assert "--shape x=: no dimensions after '='" in capsys.readouterr().err
+    assert cli.run(["derive", "alpha*sum(x)", "--wrt", "alpha", "--shape", "alpha=scalar"]) == 0
+
+
+def test_an_error_in_a_definition_quotes_it(capsys):
+    # "(p = exp(W@x): ..." read as if the bracket closed
+    assert cli.run(["derive", "sum(p)", "--wrt", "W", "--let", "p=exp(W@x"]) == 2
+    assert 'in the definition of p ("p = exp(W@x"): the expression ends too early' in capsys.readouterr().err
