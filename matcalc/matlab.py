@@ -148,6 +148,12 @@ class MatlabTyper(_Typer):
                              f"and {MAX_MATRIX_POWER}, got {fmt_number(kexp)}")
             self.mspecial[id(n)] = ("mpow", int(kexp))
             return sb
+        if k == "call" and n.value == "norm" and len(n.children) == 1:
+            s = self.shape[id(n.children[0])]
+            if self.find(s[0]) != 1 and self.find(s[1]) != 1:
+                self.fail(n, f"MATLAB's norm of a matrix ({self.text(n.children[0])} is {self.describe(s)}) is its "
+                             f"largest singular value, which matcalc does not have; for the Frobenius norm "
+                             f"write norm2({self.text(n.children[0])})")
         if k == "call" and n.value == "diag":
             (s,) = [self.shape[id(c)] for c in n.children[:1]] or [None]
             if len(n.children) == 1 and self.find(s[1]) == 1 and self.find(s[0]) != 1:

@@ -815,7 +815,7 @@ register(Op("Diag", _Diag_rule, jvp=_jvp_linear, rule="d Diag(a) = Diag(da)",
             fold_const=lambda c, shape, attr: _ir().mul(_c(c), _ir().eye(shape[0])),
             torch="torch.diag({0})", jax="jnp.diag({0})"))
 register(Op("norm2", to_scalar, jvp=lambda e, d: _ir().frob(_ir().div(e.args[0], e), d[0]),
-            rule="d‖x‖ = (x/‖x‖):dx", numpy="_norm2({0})", helpers=("_norm2",),
+            rule="d‖x‖ = (x/‖x‖):dx", numpy="_norm2({0})", helpers=("_norm2",), aliases=("norm",),
             latex=lambda p, e: (f"\\left\\|{p.p(e.args[0])[0]}\\right\\|", 7), smooth=False,
             fold_const=lambda c, shape, attr: _ir().mul(_c(abs(c)), _ir().func("sqrt", count(shape))),
             torch="torch.linalg.vector_norm({0})", jax="jnp.linalg.norm({0})"))

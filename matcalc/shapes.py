@@ -42,7 +42,8 @@ _SPELLED = {"solve": "write inv(A)@B: matcalc computes it as a solve", "log_soft
             "write log(softmax(z)), which matcalc computes as z - logsumexp(z)", "outer": "write x@y.T",
             "dot": "write x.T@y or x:y", "trace": "write tr(A)", "transpose": "write A.T",
             "maximum": "write relu(x - y) + y", "square": "write x**2",
-            "norm": "write norm2(x), the 2-norm (Frobenius for a matrix); norm(x, 1) is norm1(x)",
+            "norm": "norm(x) is the 2-norm, Frobenius for a matrix (np.linalg.norm's default); "
+                    "for norm(x, 1) write norm1(x), for norm(x, 2) of a vector norm(x)",
             "max": "max(0, z) is relu(z), max(x, y) is relu(x - y) + y",
             "min": "min(0, z) is -relu(-z), min(x, y) is x - relu(x - y)",
             "minimum": "write x - relu(x - y)", "pow": "write x**k", "power": "write x**k",
@@ -816,6 +817,8 @@ class _Typer:
                              n.start + len(n.value))
         given = len(n.children)
         least = op.nargs + (0 if op.params_optional else len(op.params))
+        if n.value in self.spelled and given != least:  # norm(x, 1): the spelling it takes
+            self.fail(n, f"{n.value} takes one argument here ({self.spelled[n.value]})")
         if not least <= given <= op.arity:
             words = {1: "one argument", 2: "two arguments", 3: "three arguments"}
             want = words.get(op.nargs, f"{op.nargs} arguments")

@@ -146,3 +146,21 @@ def test_a_definition_nothing_uses_beside_a_symbol_of_a_like_name_is_noted():
     with warnings.catch_warnings():  # one dict of definitions for several questions: no note
         warnings.simplefilter("error")
         matcalc.derive("sum(exp(x))", "x", definitions={"z": "W@x"})
+
+
+def test_norm_is_the_2_norm_and_frobenius_as_numpys_default():
+    # norm(x - a) was refused ("write norm2(x)"): the spelling most users try first
+    import numpy as np
+
+    rng = np.random.default_rng(8)
+    x, a, X = rng.standard_normal(4), rng.standard_normal(4), rng.standard_normal((3, 5))
+    g = matcalc.derive("norm(x - a)", "x").function(x=x, a=a)
+    np.testing.assert_allclose(g, (x - a) / np.linalg.norm(x - a), rtol=1e-12)
+    np.testing.assert_allclose(matcalc.derive("norm(X)**2", "X").function(X=X), 2 * X, rtol=1e-12)
+    with pytest.raises(matcalc.MatcalcError, match=r"norm takes one argument here .*norm1\(x\)"):
+        matcalc.derive("norm(x, 1)", "x")
+    # MATLAB's norm of a matrix is the spectral norm: refused there, a vector's is the 2-norm
+    with pytest.raises(matcalc.MatcalcError, match="largest singular value.*norm2\\(X\\)"):
+        matcalc.derive("norm(X)", "X", syntax="matlab")
+    g = matcalc.derive("norm(x - h)", "x", syntax="matlab").function(x=x, h=a)
+    np.testing.assert_allclose(g, (x - a) / np.linalg.norm(x - a), rtol=1e-12)
