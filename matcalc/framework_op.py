@@ -7,9 +7,10 @@ closed form; one emitted function computes it for every input at once (shared
 intermediates computed once), and the forward is the emitted function of F.  The
 backward is used by ``torch.autograd`` (a ``torch.autograd.Function``) and by
 ``jax.grad`` / ``jax.vjp`` (a ``jax.custom_vjp``).  The backward is made of the framework's
-own operations, so reverse-mode second derivatives go through it (torch's double backward,
-``jax.jacrev(jax.grad(f))``); jax's forward mode (``jax.jvp``, ``jax.hessian``) does not
-apply to a ``custom_vjp``.
+own operations, so second derivatives go through it (torch's double backward and
+``torch.func.hessian``, ``jax.hessian``, ``jax.jacrev(jax.grad(f))``).  torch's forward mode
+(``torch.func.jvp``, ``jacfwd``) takes J t as the gradient in g of (Jᵀg):t, the VJP being
+linear in g; ``jax.jvp`` of the op itself does not apply to a ``custom_vjp``.
 """
 from __future__ import annotations
 
@@ -114,7 +115,9 @@ class MatcalcOp:
 
             @staticmethod
             def setup_context(ctx, inputs, output):
-                ctx.save_for_backward(*[a if torch.is_tensor(a) else None for a in inputs])
+                tensors = [a if torch.is_tensor(a) else None for a in inputs]
+                ctx.save_for_backward(*tensors)
+                ctx.save_for_forward(*tensors, output)  # (output: the cotangent's shape, for jvp)
                 ctx.others = [None if torch.is_tensor(a) else a for a in inputs]
 
             @staticmethod
@@ -122,6 +125,19 @@ class MatcalcOp:
                 args = [t if t is not None else o for t, o in zip(ctx.saved_tensors, ctx.others)]
                 grads = op.vjp(args, g)
                 return tuple(gr if need else None for gr, need in zip(grads, ctx.needs_input_grad))
+
+            @staticmethod
+            def jvp(ctx, *tangents):
+                # forward mode (torch.func.jvp, jacfwd, torch.func.hessian): the VJP g -> Jᵀg is
+                # linear in g, so J t is the gradient in g of Σ (Jᵀg)_X : t_X
+                *saved, out = ctx.saved_tensors
+                args = [t if t is not None else o for t, o in zip(saved, ctx.others)]
+
+                def paired(g):
+                    grads = op.vjp(args, g)
+                    return sum((gr * t).sum() for gr, t in zip(grads, tangents) if t is not None)
+
+                return torch.func.grad(paired)(torch.zeros_like(out))
 
         Function.__name__ = Function.__qualname__ = "MatcalcFunction"
         return Function.apply

@@ -214,6 +214,30 @@ def test_torch_func_transforms_over_an_op():
                           torch.func.hessian(lambda x: ref(x).sum())(x))
 
 
+@pytest.mark.parametrize("expr, shapes, plain", [
+    ("softmax(Q@K.T/sqrt(5), 1)@V", {"Q": (3, 5), "K": (4, 5), "V": (4, 2)},
+     lambda Q, K, V: __import__("torch").softmax(Q @ K.T / 5 ** 0.5, 1) @ V),
+    ("sum(exp(W@x))", {"W": (3, 4), "x": (4,)}, lambda W, x: __import__("torch").exp(W @ x).sum()),
+])
+def test_torch_forward_mode_over_an_op(expr, shapes, plain):
+    # torch.func.jvp, jacfwd and torch.func.hessian (forward over reverse) raised "You must
+    # implement the jvp function for custom autograd.Function"
+    torch = pytest.importorskip("torch")
+
+    gen = torch.Generator().manual_seed(4)
+    vals = {k: torch.randn(*v, generator=gen, dtype=torch.float64) for k, v in shapes.items()}
+    op = matcalc.op(expr, backend="torch")
+    first = next(iter(shapes))
+    mine = lambda a: op(**{**vals, first: a})  # noqa: E731
+    ref = lambda a: plain(**{**vals, first: a})  # noqa: E731
+    t = torch.randn(*shapes[first], generator=gen, dtype=torch.float64)
+    (o1, j1), (o2, j2) = torch.func.jvp(mine, (vals[first],), (t,)), torch.func.jvp(ref, (vals[first],), (t,))
+    assert torch.allclose(o1, o2) and torch.allclose(j1, j2, rtol=1e-10, atol=1e-12)
+    assert torch.allclose(torch.func.jacfwd(mine)(vals[first]), torch.func.jacfwd(ref)(vals[first]))
+    square = lambda f: lambda a: (f(a) ** 2).sum()  # noqa: E731
+    assert torch.allclose(torch.func.hessian(square(mine))(vals[first]), torch.func.hessian(square(ref))(vals[first]))
+
+
 @pytest.mark.parametrize("backend", ["torch", "jax"])
 def test_an_op_names_the_argument_whose_shape_does_not_fit(backend):
     pytest.importorskip(backend)
