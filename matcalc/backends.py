@@ -36,6 +36,11 @@ PRELUDE = {"torch": "import torch\n", "jax": "import jax\nimport jax.numpy as jn
 
 HELPERS = {
     "torch": {
+        "_logerfc": '''def _logerfc(z):
+    # log erfc(z): log1p(-erf(z)) below 1, log 2 + log Φ(-√2 z) from 1 (finite where erfc underflows)
+    return torch.where(z < 1.0, torch.log1p(-torch.special.erf(torch.clamp(z, max=1.0))),
+                       0.6931471805599453 + torch.special.log_ndtr(torch.clamp(z, min=1.0) * -1.4142135623730951))
+''',
         "_over_norm": '''def _over_norm(a, n):
     # a / ‖x‖, and 0 where ‖x‖ = 0 (the least-norm subgradient there); no branch on a value
     pos = n > 0
@@ -72,6 +77,11 @@ def _lu_det(lu):
 ''',
     },
     "jax": {
+        "_logerfc": '''def _logerfc(z):
+    # log erfc(z): log1p(-erf(z)) below 1, log 2 + log Φ(-√2 z) from 1 (finite where erfc underflows)
+    return jnp.where(z < 1.0, jnp.log1p(-jax.scipy.special.erf(jnp.minimum(z, 1.0))),
+                     0.6931471805599453 + jax.scipy.special.log_ndtr(jnp.maximum(z, 1.0) * -1.4142135623730951))
+''',
         "_gelu": '''def _gelu(z):
     return 0.5 * z * jax.scipy.special.erfc(z * -0.7071067811865476)  # 1 + erf(u) = erfc(−u)
 ''',

@@ -159,6 +159,7 @@ class Emitter:
             if n.op in FACTOR_OPS:
                 self.lu_users.setdefault(factor_base(n)[0], set()).add(n)
         self.lu_names: dict = {}
+        self.spread = self.broadcasts(order, parents, outputs)
         self.bool_ok = {n: n.op == "step" and n not in outputs and all(
             p.op == "mul" and p.shape == n.shape and float_partner(p, n) for p in parents.get(n, []))
             for n in order}
@@ -174,6 +175,31 @@ class Emitter:
                 s, d = name, 0
             code[n], depth[n] = s, 0 if s.isidentifier() else d
         return [code[o] for o in outputs]
+
+    @staticmethod
+    def broadcasts(order, parents: dict, outputs) -> dict:
+        """The vectors repeated into a matrix (v 1ᵀ, 1 vᵀ: optimize.broadcast_of) whose every
+        use is a +, ∘ or ⊘ with a whole matrix, which the array module broadcasts: such a v 1ᵀ
+        is never built (node -> side: 0, each column v; 1, each row vᵀ)."""
+        from .optimize import broadcast_of
+
+        spread = {}
+        for n in order:
+            b = broadcast_of(n)
+            if b is not None and n not in outputs and all(
+                    p.op in ("add", "mul", "div") and p.shape == n.shape for p in parents.get(n, [])):
+                spread[n] = b[2]
+        changed = True
+        while changed:  # a use needs a whole matrix among its operands, or both sides spread
+            changed = False
+            for n in list(spread):
+                for p in parents[n]:
+                    whole = [a for a in p.args if a.shape == p.shape and a not in spread]
+                    if not whole and len({spread[a] for a in p.args if a in spread}) < 2:
+                        del spread[n]
+                        changed = True
+                        break
+        return spread
 
     def negated(self, t: Expr):
         """The code of -t if t is a negated term (so a + (-1*b) prints as a - b), else None."""
@@ -309,6 +335,8 @@ class Emitter:
         """A product: a scaling, an outer product, a Diag product, or a matrix product (Aᵀv
         as vA: no transposed operand)."""
         x, y = n.args
+        if n in self.spread:  # a repeated vector that the operation it meets broadcasts
+            return f"{a[0]}[:, None]" if self.spread[n] == 0 else f"{a[1]}[None, :]"
         if x.shape[1] == 1:  # inner size 1: a scaling or an outer product
             if x.shape == SCALAR or y.shape == SCALAR:
                 return f"({a[0]} * {a[1]})"
@@ -392,7 +420,7 @@ class Emitter:
 
     def fresh_matrix(self, arg: Expr, code: str) -> bool:
         """arg is computed here into a new float matrix that nothing else reads."""
-        if len(np_shape(arg.shape)) != 2 or self.uses.get(arg, 0) != 1:
+        if len(np_shape(arg.shape)) != 2 or self.uses.get(arg, 0) != 1 or arg in self.spread:
             return False
         return code in self.owned or (not code.isidentifier() and arg.op in FRESH_OPS)
 

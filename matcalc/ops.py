@@ -477,6 +477,36 @@ elementwise("erfc", lambda x, y: _ir().mul(_c(-2.0 / math.sqrt(math.pi)), _ir().
             letter="u", helpers=("_erfc",),
             torch="torch.special.erfc({0})", jax="jax.scipy.special.erfc({0})",
             sympy=lambda t: _sp().erfc(t))
+def _logerfc_float(v: float) -> float:
+    if v < 1.0:
+        return math.log1p(-math.erf(v))
+    from scipy.special import log_ndtr  # log erfc(v) = log 2 + log Φ(−√2 v), finite far past erfc's underflow
+
+    return math.log(2.0) + float(log_ndtr(-_SQRT2 * v))
+
+
+def _fw_logerfc(em, n, a):
+    em.helpers.add("_logerfc")
+    return f"_logerfc({a[0]})"
+
+
+def _erfcx_float(v: float) -> float:
+    from scipy.special import erfcx  # exp(v²) erfc(v), finite where erfc underflows
+
+    return float(erfcx(v))
+
+
+elementwise("erfcx", lambda x, y: _ir().add(_ir().mul(_c(2.0), x, y), _c(-2.0 / math.sqrt(math.pi))),
+            "d erfcx(X) = (2X∘erfcx(X) − 2/√π)∘dX", _erfcx_float, "_erfcx({0})",
+            latex="\\operatorname{erfcx}", letter="u", helpers=("_erfcx",),
+            torch="torch.special.erfcx({0})", jax="jax.scipy.special.erfcx({0})",
+            sympy=lambda t: _sp().exp(t ** 2) * _sp().erfc(t))
+elementwise("logerfc", lambda x, y: _ir().mul(_c(-2.0 / math.sqrt(math.pi)),
+                                             _ir().func("exp", _ir().sub(_ir().neg(_sq(x)), y))),
+            "d log erfc(X) = −(2/√π) exp(−X² − log erfc(X))∘dX", _logerfc_float, "_logerfc({0})",
+            latex="\\log\\operatorname{erfc}", letter="u", helpers=("_logerfc",),
+            torch=_fw_logerfc, jax=_fw_logerfc,
+            sympy=lambda t: _sp().log(_sp().erfc(t)))
 elementwise("gelu", _gelu_prime, "d gelu(X) = (Φ(X) + X∘φ(X))∘dX",
             lambda v: 0.5 * v * math.erfc(-v / _SQRT2), "_gelu({0})", latex="\\operatorname{gelu}",
             letter="r", helpers=("_gelu",),

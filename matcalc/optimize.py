@@ -313,6 +313,10 @@ def _stable_form(e: Expr) -> Expr:
     unit = _unit_vectors(e)
     if unit is not None:
         return unit
+    if e.op == "exp" and e.args[0].op == "add":  # exp(−u² − log erfc(u)) = 1/erfcx(u)
+        scaled = _over_erfcx(e.args[0])
+        if scaled is not None:
+            return scaled
     if e.op == "add" and len(e.args) == 2:  # 1 − σ(z) = σ(−z), all its digits where σ(z) rounds to 1
         one, rest = e.args if e.args[0].op == "const" else e.args[::-1]
         if one.op == "const" and one.attr == 1.0 and one.shape == SCALAR and rest.op == "mul" \
@@ -324,6 +328,24 @@ def _stable_form(e: Expr) -> Expr:
         if z == e.args[0].args[0]:
             return ir.func("sigmoid", z if c == 1.0 else ir.add(z, ir.const(-math.log(c))))
     return e
+
+
+def _over_erfcx(s: Expr):
+    """exp(s) for s = −u² − log erfc(u) + rest as exp(rest)/erfcx(u), erfcx(u) = exp(u²) erfc(u):
+    the derivative of log erfc (a probit's log Φ), each digit exact where u² is large, and 0,
+    not nan, where erfcx(u) overflows.  None if s has no such terms."""
+    from .simplify import simplify
+
+    for i, t in enumerate(s.args):
+        if t.op == "mul" and len(t.args) == 2 and t.args[0] == ir.const(-1.0) and t.args[1].op == "logerfc":
+            u = t.args[1].args[0]
+            for j, q in enumerate(s.args):
+                if j != i and q.shape == u.shape and simplify(ir.add(q, ir.power(u, ir.const(2.0)))) == \
+                        ir.const(0.0, u.shape):
+                    rest = [a for k, a in enumerate(s.args) if k not in (i, j)]
+                    out = ir.div(ir.const(1.0), ir.func("erfcx", u))
+                    return ir.mul(ir.func("exp", ir.add(*rest)), out) if rest else out
+    return None
 
 
 def _unit_vectors(e: Expr):
@@ -628,6 +650,47 @@ def _reuse_sums(outputs: list) -> list:
     return _rebuild(outputs, fn)
 
 
+def broadcast_of(e: Expr):
+    """(v, ones, side) if e is a vector repeated: v 1ᵀ (side 0, each column v) or 1 vᵀ (side 1,
+    each row vᵀ), with ones its matrix-of-ones factor; else None."""
+    if e.op != "matmul":
+        return None
+    a, b = e.args
+    if a.shape[1] != 1 or 1 in e.shape:
+        return None
+    if b.op == "const" and b.attr == 1.0 and a.op != "const":
+        return a, b, 0
+    if a.op == "const" and a.attr == 1.0 and b.op != "const":
+        return b, a, 1
+    return None
+
+
+def _elementwise_before_broadcast(outputs: list) -> list:
+    """f(v 1ᵀ) = f(v) 1ᵀ for an entrywise f, and (u 1ᵀ) ∘ (v 1ᵀ) = (u ∘ v) 1ᵀ (also +, ⊘ and
+    scalars): the work on the vector, not on its copies (a layer norm's σ² + ε, squared)."""
+    def fn(e: Expr) -> Expr:
+        if e.op in ("add", "mul", "div") and e.shape != SCALAR:
+            parts = [broadcast_of(a) if a.shape != SCALAR else a for a in e.args]
+            vs = [p for p in parts if isinstance(p, tuple)]
+            if any(p is None for p in parts) or len({(p[1], p[2]) for p in vs}) != 1:
+                return e
+            ones, side = vs[0][1], vs[0][2]
+            args = [p[0] if isinstance(p, tuple) else p for p in parts]
+            inner = Expr(e.op, tuple(args), e.attr, ir._broadcast([a.shape for a in args]))
+            return ir.matmul(inner, ones) if side == 0 else ir.matmul(ones, inner)
+        spec = REGISTRY.get(e.op)
+        if (e.op == "pow" or spec is not None and spec.elementwise and len(e.args) == 1) and e.attr is None:
+            b = broadcast_of(e.args[0])
+            if b is None:
+                return e
+            v, ones, side = b
+            inner = Expr(e.op, (v,) + e.args[1:], None, v.shape)
+            return ir.matmul(inner, ones) if side == 0 else ir.matmul(ones, inner)
+        return e
+
+    return _rebuild(outputs, fn)
+
+
 # the rewrites ``optimize`` runs, in order: each takes and returns the list of outputs
 PASSES = (stable_forms, order_products, _diagonal_of_products, rows_as_columns, _share_products, _sigmoid_from_softplus,
-          _reuse_sums, _expm1_log1p, _split_sums)
+          _reuse_sums, _expm1_log1p, _split_sums, _elementwise_before_broadcast)

@@ -57,6 +57,20 @@ def _erfc(z):
     return erfc(z)
 
 
+# helper: _erfcx
+def _erfcx(z):
+    from scipy.special import erfcx  # exp(z²) erfc(z), finite where erfc(z) underflows
+    return erfcx(z)
+
+
+# helper: _logerfc
+def _logerfc(z):
+    # log erfc(z): log1p(-erf(z)) below 1, log 2 + log Φ(-√2 z) from 1 (finite where erfc underflows)
+    from scipy.special import erf, log_ndtr
+    return np.where(z < 1.0, np.log1p(-erf(np.minimum(z, 1.0))),
+                    0.6931471805599453 + log_ndtr(np.maximum(z, 1.0) * -1.4142135623730951))
+
+
 # helper: _xlogy
 def _xlogy(a, b):
     from scipy.special import xlogy  # a log b, and 0 where a = 0 (0·log 0 = 0: d(xᵏ)/dk at x = 0)

@@ -587,6 +587,7 @@ def s_mul(*fs: Expr) -> Expr:
             denominators.append(d0)
         else:
             rest.append(f)
+    c = _rounded(c)
     for f in list(rest):  # (its number of entries)∘mean(X) = sum(X), along an axis too
         if f.op == "mean":
             n = count(f.args[0].shape) if f.attr is None else axis_count(f.args[0].shape, f.attr)
@@ -1560,6 +1561,16 @@ def _stable_log(a: Expr):
         return ir.add(x, ir.neg(broadcast_axis(ir.func("logsumexp", x, attr=a.attr), x.shape, a.attr)))
     if a.op == "sigmoid":  # log σ(z) = -softplus(-z)
         return ir.neg(ir.func("softplus", ir.neg(a.args[0])))
+    if a.op == "erfc":  # log erfc(z), finite where erfc(z) underflows (a probit's log Φ at z < −38)
+        return ir.func("logerfc", a.args[0])
+    erf = _one_plus_erf(a)
+    if erf is not None:  # log(1 ± erf(z)) = log erfc(∓z)
+        return ir.func("logerfc", erf)
+    if a.op == "mul" and len(a.args) == 2 and a.args[0].op == "const" and a.args[0].shape == SCALAR \
+            and a.args[0].attr > 0:  # log(c·f) = log c + log f, where log f has a stable form
+        inner = _stable_log(a.args[1])
+        if inner is not None and inner.shape == a.shape and "logerfc" in {n.op for n in ir.walk(inner)}:
+            return ir.add(ir.const(math.log(a.args[0].attr)), inner)
     x = _one_minus(a)
     if x is not None and x.op == "sigmoid":  # log(1 - σ(z)) = -softplus(z)
         return ir.neg(ir.func("softplus", x.args[0]))
@@ -1579,6 +1590,22 @@ def _stable_log(a: Expr):
         return _logdet(a.args[0])
     if a.op == "pow" and a.args[0].op == "det" and a.args[1].op == "const":  # log(det(X)ᵏ) = k logdet X
         return ir.mul(ir.const(a.args[1].attr), _logdet(a.args[0].args[0]))
+    return None
+
+
+def _one_plus_erf(a: Expr):
+    """−z if a is 1 + erf(z), z if a is 1 − erf(z) (1 ± erf(z) = erfc(∓z)); else None."""
+    if a.op != "add" or len(a.args) != 2:
+        return None
+    one = [t for t in a.args if t.op == "const" and t.shape == SCALAR and t.attr == 1.0]
+    rest = [t for t in a.args if not (t.op == "const" and t.shape == SCALAR and t.attr == 1.0)]
+    if len(one) != 1 or len(rest) != 1:
+        return None
+    t = rest[0]
+    if t.op == "erf":
+        return ir.neg(t.args[0])
+    if t.op == "mul" and len(t.args) == 2 and t.args[0] == ir.const(-1.0) and t.args[1].op == "erf":
+        return t.args[1].args[0]
     return None
 
 
@@ -1615,6 +1642,14 @@ def _summed(den: Expr, node: bool = False):
     if den.op != "sum":
         return None
     return den if node else den.args[0]
+
+
+def _rounded(c: float) -> float:
+    """A product of numbers that missed a simple fraction by a few roundings taken as it:
+    2·(1/√2)·(1/√2) is 1.0000000000000002, and printed as 1*x it read 1, not x."""
+    k = c * 720.0  # (a multiple of 1/720: halves, thirds, quarters, fifths, sixths, …)
+    r = round(k)
+    return r / 720.0 if r and r != k and abs(k - r) <= 8e-16 * abs(k) else c
 
 
 def stabilize(e: Expr) -> Expr:

@@ -106,3 +106,28 @@ def test_a_vector_given_after_an_abbreviated_option_and_the_size_of_a_square_mat
                        text=True, timeout=60)  # (--wr took the expression for its value)
     assert r.returncode == 0 and "-2*x" in r.stdout, r.stderr
     assert matcalc.derive("mean(X)", "X", shapes={"X": ("n", "n")}).text == "1/size(X)"  # (was 1/size(X, 0)**2)
+
+
+@pytest.mark.parametrize("expr", [
+    "-sum(y*log(0.5*erfc(-(X@w)/sqrt(2))) + (1 - y)*log(0.5*erfc((X@w)/sqrt(2))))",
+    "-sum(y*log(0.5*(1 + erf((X@w)/sqrt(2)))) + (1 - y)*log(0.5*(1 - erf((X@w)/sqrt(2)))))",
+])
+def test_a_probit_likelihood_stays_finite_where_erfc_underflows(expr):
+    # log Φ(z) through log(erfc(−z/√2)): erfc underflows below z = −38, and the gradient was nan
+    # (value inf); log Φ(z) = log erfc(−z/√2) − log 2 is taken as logerfc
+    X = np.array([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]])
+    y = np.array([1.0, 0.0, 1.0])
+    w = np.array([-40.0, 1000.0])
+    z = [mpmath.mpf(v) for v in X @ w]
+    logPhi = lambda t: mpmath.log(mpmath.ncdf(t))  # noqa: E731
+    value = -mpmath.fsum(logPhi(t) if yi else logPhi(-t) for t, yi in zip(z, y))
+    dz = [-mpmath.diff(logPhi, t) if yi else mpmath.diff(logPhi, -t) for t, yi in zip(z, y)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        v, g = matcalc.value_and_grad(expr, wrt=["w"]).function(X=X, y=y, w=w)
+        h = matcalc.hessian(expr, "w")
+    assert v == pytest.approx(float(value), rel=1e-13)
+    np.testing.assert_allclose(g["w"], X.T @ np.array([float(t) for t in dz]), rtol=1e-13)
+    d2 = [-mpmath.diff(logPhi, t, 2) if yi else -mpmath.diff(logPhi, -t, 2) for t, yi in zip(z, y)]
+    # (the second derivative, 1 − 1/z² + …, is a difference of two terms near z: 2e-10 at z = 1000)
+    np.testing.assert_allclose(h.matrix(X=X, y=y, w=w), X.T @ np.diag([float(t) for t in d2]) @ X, rtol=1e-9)

@@ -66,7 +66,8 @@ ELEMENTWISE = {
     "relu": (lambda z: np.maximum(z, 0), NORMAL), "step": (lambda z: (z > 0) * 1.0, NORMAL),
     "abs": (np.abs, NORMAL), "sign": (np.sign, NORMAL), "softplus": (lambda z: np.log1p(np.exp(z)), NORMAL),
     "logsigmoid": (lambda z: np.log(_sig(z)), NORMAL), "log1p": (np.log1p, POSITIVE),
-    "expm1": (np.expm1, NORMAL), "erf": (sp_erf, NORMAL), "erfc": (sp_erfc, NORMAL), "gelu": (lambda z: z * norm.cdf(z), NORMAL),
+    "expm1": (np.expm1, NORMAL), "erf": (sp_erf, NORMAL), "erfc": (sp_erfc, NORMAL),
+    "logerfc": (lambda z: np.log(sp_erfc(z)), NORMAL), "erfcx": (lambda z: np.exp(z * z) * sp_erfc(z), NORMAL), "gelu": (lambda z: z * norm.cdf(z), NORMAL),
     "silu": (lambda z: z * _sig(z), NORMAL),
 }
 
