@@ -8,7 +8,7 @@ from functools import cached_property
 from . import ir
 from .adjoint import pullback
 from .differential import differential
-from .errors import DeriveError, MatcalcError, ShapeError, not_in_expression
+from .errors import DeriveError, MatcalcError, NotationWarning, ShapeError, not_in_expression
 from .function import GradientFunction
 from .parse import parse
 from .naming import DiffName, auto_names, definitions_in_order, shared_names
@@ -517,8 +517,19 @@ def _scalar_hint(expr, typed, shapes, definitions, syntax, symmetric, wrt=()) ->
         if scalar_with({**shapes, name: ()}):
             return (f"; {name} is a vector by the spelling of its name: declared a number "
                     f"(shapes={{'{name}': ()}}, --shape {name}=scalar), it makes λ a scalar")
+    if syntax == "matlab":  # a'*X*b: a–g are numbers by the MATLAB syntax's naming
+        from .matlab import matlab_kind
+        from .shapes import greek
+
+        numbers = [n for n in typed.symbols if n not in shapes and matlab_kind(n) == 0 and not greek(n)]
+        for dims in (["m", "n", "k", "p", "q", "r", "s"], ["n"] * 7):  # (a'*inv(X)*b: one length)
+            declared = {name: (d,) for name, d in zip(numbers, dims)}
+            if numbers and len(numbers) <= len(dims) and scalar_with({**shapes, **declared}):
+                return (f"; in the MATLAB syntax a–g are numbers, as on matrixcalculus.org: declared vectors "
+                        f"({', '.join(f'--shape {n}={d[0]}' for n, d in declared.items())}), "
+                        f"{', '.join(numbers)} make λ a scalar")
     at = _at_for_star(expr, lambda text: _scalar_text(text, shapes, definitions, syntax, symmetric), start) \
-        if syntax == "matcalc" and "'" not in expr else None
+        if syntax == "matcalc" and ("'" not in expr or "@" in expr) else None
     if at is not None:  # x.T*A*x: x.T@A@x meant
         return f"; * is the entrywise product here: for the matrix product write {at.strip()}"
     if syntax == "matcalc" and ("*" in expr or "'" in expr) and scalar_with(shapes, "matlab"):
@@ -642,6 +653,9 @@ def _derive_one(expr, typed, wrt, syntax="matcalc", symmetric=(), form=None) -> 
                               IDENTITY_LATEX))
     if "d" + wrt in typed.symbols:  # a symbol named dW: the steps write W's differential d(W)
         names[dW] = DiffName(wrt, f"d({wrt})")
+    if wrt in typed.spread and G.op == "const" and G.attr == 0.0:  # X@W + b, b per row, under softmax(·, 1)
+        message, start, end = typed.spread[wrt]
+        warnings.warn(NotationWarning(f"∂λ/∂{wrt} is 0 everywhere: {message}", expr, start, end), stacklevel=3)
     d = Derivation(expr, typed, primal, wrt, G, steps, rules, user_names, names)
     d.syntax = syntax
     d._subst = subst

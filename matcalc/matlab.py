@@ -74,6 +74,8 @@ class MatlabTyper(_Typer):
                "solve": "write inv(A)*B: matcalc computes it as a solve",
                "numel": "write size(X, 1)*size(X, 2)", "length": "write size(x, 1)"}
 
+    numpy_rows = False  # (no NumPy to compare with)
+
     def __init__(self, source, declared):
         super().__init__(source, declared)
         self.mspecial: dict = {}  # id(ast node) -> how a MATLAB operator was read
@@ -131,6 +133,9 @@ class MatlabTyper(_Typer):
             if self.is_scalar(sb):
                 return super().rule(n)
             kexp = _literal(ex)
+            if ex.kind == "name" and ex.value == "T" and "T" not in self.declared:  # X^T of the matcalc syntax
+                self.fail(n, f"{self.text(n)}: in the MATLAB syntax the transpose is {self.text(base)}' "
+                             f"(^ is the matrix power, and T would be a matrix)")
             what = f"{self.text(base)} is {self.describe(sb)}"
             if not self.is_matrix(sb):
                 self.fail(n, f"{self.text(n)}: ^ is a power of a scalar or of a square matrix, but {what} "

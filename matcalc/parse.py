@@ -257,6 +257,7 @@ def _character_hint(source: str, pos: int, ch: str) -> str:
 
 # characters of typeset mathematics, and how matcalc writes them
 _SYMBOL_HINTS = {
+    "\\": " (A\\b, MATLAB's solve, is inv(A)@b: matcalc computes it as a solve; inv(A)*b in the MATLAB syntax)",
     "⊗": " (the Kronecker product A⊗B is kron(A, B))",
     "×": " (write * for the entrywise product, @ for the matrix product)",
     "·": " (write * for the entrywise product, @ for the matrix product, x.T@y or x:y for a dot product)",

@@ -179,6 +179,7 @@ class Typed:
     # its shape where the text writes name (a literal copy of its value stays the value)
     with_symbol: Callable = field(default=None, repr=False, compare=False)
     unused: list = field(default_factory=list)  # symbols only in definitions the expression does not use
+    spread: dict = field(default_factory=dict)  # name -> (note on NumPy's broadcast, start, end): column_note
 
 
 # names that usually stand for a number (a step size, a tolerance), vectors by their spelling:
@@ -206,6 +207,7 @@ class _Typer:
         self.shape: dict = {}         # id(ast node) -> (r, c)
         self.special: dict = {}       # id(ast node) -> 'inner' | 'vecmat' | 'ones'
         self.greek_noted: set = set()  # Greek names already noted as numbers added to arrays
+        self.spread: dict = {}  # an undeclared vector spread over a matrix's columns -> what NumPy does
         self.attrs: dict = {}         # id(call node) -> its integer parameter (an axis, a power)
         self.pending: list = []       # product dimensions still to be decided
         self.current = None           # the node being typed (for deferred refusals)
@@ -688,7 +690,22 @@ class _Typer:
                 self.bcast[id(c)] = ("rows", out[0])
             elif k == "col" and self.find(out[1]) != 1:
                 self.bcast[id(c)] = ("cols", out[1])
+                self.column_note(n, c, out)
         return out
+
+    numpy_rows = True  # a 1-D array broadcasts over the rows in this syntax's model (NumPy)
+
+    def column_note(self, n, c, out):
+        """Where an undeclared vector (a column by its lower-case name) is spread over a
+        matrix's columns, what NumPy does instead (it spreads a 1-D array over the rows: the
+        bias of X@W + b): the note api gives if the vector's gradient is 0 everywhere."""
+        if not self.numpy_rows or c.kind != "name" or c.value in self.declared or c.value in self.spread:
+            return
+        self.spread[c.value] = (
+            f"{c.value} is a column (as lower-case names are), so {self.text(n)} pairs its entries with the "
+            f"rows of the {self.show(out)} matrix, one per row; NumPy spreads a 1-D {c.value} over the rows "
+            f"instead, one entry per column: for that write {c.value}.T (or declare {c.value} a row: "
+            f"shapes={{'{c.value}': (1, 'k')}}, --shape {c.value}=1,k)", c.start, c.end)
 
     def expand(self, node: Node, e: ir.Expr) -> ir.Expr:
         """A broadcast operand as an array of the full shape: 1@r (every row r) or c@1ᵀ."""
@@ -1151,4 +1168,4 @@ def typecheck(ast: Node, source: str, declared: dict | None = None,
 
     for k in apart:
         del syms[k], user_shapes[k]
-    return Typed(expr, syms, user_shapes, source, built, list(t.notes), with_symbol, apart)
+    return Typed(expr, syms, user_shapes, source, built, list(t.notes), with_symbol, apart, dict(t.spread))

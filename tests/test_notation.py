@@ -164,3 +164,16 @@ def test_norm_is_the_2_norm_and_frobenius_as_numpys_default():
         matcalc.derive("norm(X)", "X", syntax="matlab")
     g = matcalc.derive("norm(x - h)", "x", syntax="matlab").function(x=x, h=a)
     np.testing.assert_allclose(g, (x - a) / np.linalg.norm(x - a), rtol=1e-12)
+
+
+def test_a_zero_gradient_of_a_vector_spread_over_columns_says_what_numpy_does():
+    # X@W + b with b undeclared: a column, one entry per row of X@W (per sample), which
+    # softmax(·, 1) ignores, so ∂λ/∂b = 0 without a word; NumPy adds a 1-D b to each row
+    with pytest.warns(NotationWarning, match=r"∂λ/∂b is 0 everywhere: b is a column .* NumPy spreads a 1-D b "
+                                             r"over the rows .* write b\.T"):
+        d = matcalc.derive("-sum(Y*log(softmax(X@W + b, 1)))", "b")
+    assert d.text == "0"
+    with warnings.catch_warnings():  # the layer W@X + b of the column convention: no note
+        warnings.simplefilter("error", NotationWarning)
+        matcalc.derive("sum(tanh(W@X + b))", "b")
+        matcalc.derive("-sum(Y*log(softmax(X@W + b.T, 1)))", "b")
