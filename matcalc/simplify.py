@@ -1647,6 +1647,8 @@ def _summed(den: Expr, node: bool = False):
 def _rounded(c: float) -> float:
     """A product of numbers that missed a simple fraction by a few roundings taken as it:
     2·(1/√2)·(1/√2) is 1.0000000000000002, and printed as 1*x it read 1, not x."""
+    if not 1e-6 < abs(c) < 1e9:  # (inf and nan too)
+        return c
     k = c * 720.0  # (a multiple of 1/720: halves, thirds, quarters, fifths, sixths, …)
     r = round(k)
     return r / 720.0 if r and r != k and abs(k - r) <= 8e-16 * abs(k) else c
