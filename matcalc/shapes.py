@@ -563,10 +563,14 @@ class _Typer:
             return True
         return (isinstance(ca, Var) and rb != 1) or (isinstance(rb, Var) and ca != 1)
 
-    @staticmethod
-    def _entrywise_value(node) -> bool:
-        """A call of an entrywise function or softmax (Y*log(softmax(Z)), exp(X@W)*G): its
-        value is meant entry by entry, never a factor of a matrix product."""
+    def _entrywise_value(self, node) -> bool:
+        """A call of an entrywise function or softmax (Y*log(softmax(Z)), exp(X@W)*G), a sum
+        with one (1 - z), or a definition whose value is one (a GRU's gate z = σ(…) in z*h):
+        its value is meant entry by entry, never a factor of a matrix product."""
+        if node.kind == "name" and node.value in self.def_ast:
+            return self._entrywise_value(self.def_ast[node.value])
+        if node.kind == "add":
+            return any(self._entrywise_value(c) for c in node.children)
         if node.kind != "call":
             return False
         op = _USER.get(ALIASES.get(node.value, node.value))

@@ -177,3 +177,14 @@ def test_a_zero_gradient_of_a_vector_spread_over_columns_says_what_numpy_does():
         warnings.simplefilter("error", NotationWarning)
         matcalc.derive("sum(tanh(W@X + b))", "b")
         matcalc.derive("-sum(Y*log(softmax(X@W + b.T, 1)))", "b")
+
+
+def test_a_gate_defined_by_an_entrywise_function_is_no_suspicious_hadamard_factor():
+    # a GRU's (1 - z)*H + z*hh with z, r, hh defined as sigmoid(...) and tanh(...): three notes
+    # said "for a matrix product write z@hh"; a product of plain symbols keeps its note
+    defs = {"z": "sigmoid(Wz@X + Uz@H + bz)", "r": "sigmoid(Wr@X + Ur@H + br)", "hh": "tanh(Wh@X + Uh@(r*H) + bh)"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NotationWarning)
+        matcalc.derive("G:((1 - z)*H + z*hh)", "Wz", definitions=defs)
+    with pytest.warns(NotationWarning, match="for a matrix product write A@B"):
+        matcalc.derive("sum(A*B)", "A")
