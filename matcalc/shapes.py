@@ -26,6 +26,17 @@ GREEK = {"alpha", "beta", "gamma", "delta", "epsilon", "varepsilon", "zeta", "et
 GREEK_SYMBOLS = "ϐϑϕϖϰϱϵϝ"  # the lower-case letters' other glyphs (ϵ is LaTeX's \epsilon)
 
 
+# Greek names that stand for a number added to an array (var + ε, a margin α), never
+# noted there; mu, beta, theta, … may be meant as vectors (x - mu)
+CONSTANT_NAMES = {"epsilon", "varepsilon", "ε", "ϵ", "delta", "δ", "tau", "τ", "eta", "η", "alpha", "α",
+                  "lambda", "λ", "kappa", "κ"}
+
+
+def _stem(name: str) -> str:
+    """A name without its trailing digits and underscores (epsilon_1, alpha2: epsilon, alpha)."""
+    return re.sub(r"[\d_]+$", "", name) or name
+
+
 def greek(name: str) -> bool:
     """A Greek name: alpha, lambda2, sigma_1, α, ϵ (a number by SPEC §2)."""
     first = name[0]
@@ -660,7 +671,8 @@ class _Typer:
             return (1, 1)
         if verb == "add":  # x - mu: a Greek name is a number unless declared; say so where it broadcasts
             for c in children:
-                hint = self.default_scalar_hint(c) if c.kind == "name" and c.value not in self.greek_noted else ""
+                hint = self.default_scalar_hint(c) if c.kind == "name" and c.value not in self.greek_noted \
+                    and _stem(c.value) not in CONSTANT_NAMES else ""
                 if hint:
                     self.greek_noted.add(c.value)
                     self.note(c, f"{self.text(n)} adds the number {c.value} to every entry{hint}")

@@ -188,3 +188,13 @@ def test_a_gate_defined_by_an_entrywise_function_is_no_suspicious_hadamard_facto
         matcalc.derive("G:((1 - z)*H + z*hh)", "Wz", definitions=defs)
     with pytest.warns(NotationWarning, match="for a matrix product write A@B"):
         matcalc.derive("sum(A*B)", "A")
+
+
+def test_a_greek_constant_added_to_an_array_is_not_noted_but_mu_is():
+    # every layer norm's var + epsilon and triplet margin + alpha was noted "adds the number"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NotationWarning)
+        matcalc.derive("sum(sqrt(x*x + epsilon))", "x")
+        matcalc.derive("sum(relu(x - y + alpha))", "x")
+    with pytest.warns(NotationWarning, match="adds the number mu to every entry"):
+        matcalc.derive("sum((x - mu)**2)", "x")
