@@ -301,8 +301,10 @@ def _unknown_options(parser, argv) -> None:
             continue
         name = tok.split("=", 1)[0]
         if _OPTION.fullmatch(tok) and not any(k.startswith(name) for k in known):
-            close = difflib.get_close_matches(name.lower(), known, 1)
-            command.error(f"{argv[0]} has no option {name}" + (f" (did you mean {close[0]}?)" if close else ""))
+            close = difflib.get_close_matches(name.lower(), known, 1, cutoff=0.75)
+            hint = f" (did you mean {close[0]}?)" if close else (
+                f" (an expression that begins with - goes after --: matcalc {argv[0]} --wrt x -- '{tok}')")
+            command.error(f"{argv[0]} has no option {name}{hint}")
         skip = name in takes_value and "=" not in tok
 
 

@@ -324,7 +324,9 @@ def test_an_unknown_option_is_named(capsys):
     # --wrtt x said only "the following arguments are required: --wrt"
     for argv, said in [(["derive", "sum(x)", "--wrtt", "x"], "derive has no option --wrtt (did you mean --wrt?)"),
                        (["hessian", "x:x", "--wrt", "x", "--kronn"], "hessian has no option --kronn (did you mean "
-                                                                       "--kron?)")]:
+                                                                       "--kron?)"),
+                       (["derive", "--x", "--wrt", "x"], "derive has no option --x (an expression that begins with "
+                                                         "- goes after --: matcalc derive --wrt x -- '--x')")]:
         with pytest.raises(SystemExit) as e:  # (a usage error: argparse's exit, status 2)
             cli.run(argv)
         assert e.value.code == 2 and said in capsys.readouterr().err
