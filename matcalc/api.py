@@ -11,7 +11,7 @@ from .differential import differential
 from .errors import DeriveError, MatcalcError, NotationWarning, ShapeError, not_in_expression
 from .function import GradientFunction
 from .parse import parse
-from .naming import DiffName, auto_names, definitions_in_order, shared_names
+from .naming import DiffName, auto_names, definition_names, definitions_in_order, shared_names
 from .printing import dim_names, dim_sources, objective_tex, tex_name
 from .printing import to_latex as _to_latex
 from .printing import to_text as _to_text
@@ -608,7 +608,7 @@ def _derive_one(expr, typed, wrt, syntax="matcalc", symmetric=(), form=None) -> 
 
         typed = _use_symmetry(typed, symmetric)
     primal = stabilize(typed.expr)
-    user_names = {node: name for name, node in (typed.definitions or {}).items()}
+    user_names = definition_names(typed.definitions)
     dlam, rules, dmemo = differential(primal, wrt)
     names = dict(user_names)
     roots = [primal] if dlam is None else [primal, dlam]

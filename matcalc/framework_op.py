@@ -27,6 +27,18 @@ def _cotangent_name(taken) -> str:
     return name
 
 
+
+def _nested_forward() -> bool:
+    """Whether torch.func runs two forward-mode levels here (jvp of jvp, jacfwd of jacfwd),
+    where torch passes an autograd.Function's jvp its saved inputs without the outer level's
+    tangents (a second derivative of 0, for any Function); True where this cannot be told."""
+    try:
+        from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
+
+        return sum(str(i.key()).endswith("Jvp") for i in retrieve_all_functorch_interpreters()) > 1
+    except Exception:
+        return True
+
 def _user_shape(shape) -> tuple:
     r, c = shape
     if (r, c) == (1, 1):
@@ -130,6 +142,12 @@ class MatcalcOp:
             def jvp(ctx, *tangents):
                 # forward mode (torch.func.jvp, jacfwd, torch.func.hessian): the VJP g -> Jᵀg is
                 # linear in g, so J t is the gradient in g of Σ (Jᵀg)_X : t_X
+                if _nested_forward():
+                    raise NotImplementedError(
+                        "matcalc.op: forward mode inside forward mode (jvp of jvp, jacfwd of jacfwd) is not "
+                        "supported: torch gives an autograd.Function's jvp its inputs without the outer "
+                        "tangents, and the result would be 0; take the outer derivative with jacrev "
+                        "(torch.func.hessian, jacfwd of jacrev, works)")
                 *saved, out = ctx.saved_tensors
                 args = [t if t is not None else o for t, o in zip(saved, ctx.others)]
 

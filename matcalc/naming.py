@@ -21,6 +21,20 @@ class DiffName(str):
         return obj
 
 
+def definition_names(definitions: dict | None) -> dict:
+    """node -> name for the user's definitions: each value as typed, and as simplify and
+    stabilize write it (s = sqrt(x*x + 1) meets sqrt(x**2 + 1) in the result, K =
+    exp(-D/(2*ell**2)) + I meets exp(-0.5*D/ell**2) + I), so the result says s and K."""
+    from .simplify import simplify, stabilize
+
+    out: dict = {}
+    for name, node in (definitions or {}).items():
+        out[node] = name
+        for form in (simplify(node), simplify(stabilize(node))):
+            out.setdefault(form, name)
+    return out
+
+
 # the letter a value gets, by the function that made it
 LETTERS = {op.name: op.letter for op in REGISTRY.values() if op.letter}
 PRE_ACTIVATION = "z"

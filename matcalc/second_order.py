@@ -22,7 +22,7 @@ from .api import MAX_TREE, Results, _typed_any, as_text, differential_free
 from .adjoint import Step, pullback
 from .differential import differential
 from .errors import DeriveError, NotationWarning, ShapeError, not_in_expression, with_notes
-from .naming import definitions_in_order, shared_names
+from .naming import definition_names, definitions_in_order, shared_names
 from .ir import tree_size
 from .printing import dim_names, objective_tex, tex_name, to_latex, to_text
 from .simplify import settle, simplify, stabilize
@@ -1128,7 +1128,7 @@ def jacobian(expr: str, wrt, shapes: dict | None = None, definitions: dict | Non
 def _jacobian_one(expr, typed, wrt, symmetric=()) -> Jacobian:
     _check_wrt(typed, wrt)
     primal = stabilize(typed.expr)
-    user_names = {node: name for name, node in (typed.definitions or {}).items()}
+    user_names = definition_names(typed.definitions)
     raw, rules, _ = differential(primal, wrt)
     raw, rules, linear = _along_symmetric(raw, rules, wrt, typed, symmetric, "J")
     return Jacobian(expr, typed, wrt, primal, raw, linear, rules, user_names, symmetric)
