@@ -18,7 +18,7 @@ literal 1, ``u.mul(a, b)`` is a product dimension, ``u.fail(message)`` refuses a
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 SCALAR = (1, 1)
@@ -496,11 +496,14 @@ def _erfcx_float(v: float) -> float:
     return float(erfcx(v))
 
 
-elementwise("erfcx", lambda x, y: _ir().add(_ir().mul(_c(2.0), x, y), _c(-2.0 / math.sqrt(math.pi))),
-            "d erfcx(X) = (2X∘erfcx(X) − 2/√π)∘dX", _erfcx_float, "_erfcx({0})",
-            latex="\\operatorname{erfcx}", letter="u", helpers=("_erfcx",),
-            torch="torch.special.erfcx({0})", jax="jax.scipy.special.erfcx({0})",
-            sympy=lambda t: _sp().exp(t ** 2) * _sp().erfc(t))
+# exp(x²) erfc(x): only in emitted code, where 1/erfcx(z) stands for exp(−z² − logerfc(z))
+# (optimize._over_erfcx); not in the language (its derivative 2x·erfcx(x) − 2/√π cancels at large x)
+REGISTRY["erfcx"] = replace(
+    elementwise("erfcx", lambda x, y: _ir().add(_ir().mul(_c(2.0), x, y), _c(-2.0 / math.sqrt(math.pi))),
+                "d erfcx(X) = (2X∘erfcx(X) − 2/√π)∘dX", _erfcx_float, "_erfcx({0})",
+                latex="\\operatorname{erfcx}", letter="u", helpers=("_erfcx",),
+                torch="torch.special.erfcx({0})", jax="jax.scipy.special.erfcx({0})",
+                sympy=lambda t: _sp().exp(t ** 2) * _sp().erfc(t)), user=False)
 elementwise("logerfc", lambda x, y: _ir().mul(_c(-2.0 / math.sqrt(math.pi)),
                                              _ir().func("exp", _ir().sub(_ir().neg(_sq(x)), y))),
             "d log erfc(X) = −(2/√π) exp(−X² − log erfc(X))∘dX", _logerfc_float, "_logerfc({0})",

@@ -1575,16 +1575,13 @@ def _stable_log(a: Expr):
         return ir.add(x, ir.neg(broadcast_axis(ir.func("logsumexp", x, attr=a.attr), x.shape, a.attr)))
     if a.op == "sigmoid":  # log σ(z) = -softplus(-z)
         return ir.neg(ir.func("softplus", ir.neg(a.args[0])))
-    if a.op == "erfc":  # log erfc(z), finite where erfc(z) underflows (a probit's log Φ at z < −38)
-        return ir.func("logerfc", a.args[0])
-    erf = _one_plus_erf(a)
-    if erf is not None:  # log(1 ± erf(z)) = log erfc(∓z)
-        return ir.func("logerfc", erf)
-    if a.op == "mul" and len(a.args) == 2 and a.args[0].op == "const" and a.args[0].shape == SCALAR \
-            and a.args[0].attr > 0:  # log(c·f) = log c + log f, where log f has a stable form
-        inner = _stable_log(a.args[1])
-        if inner is not None and inner.shape == a.shape and "logerfc" in {n.op for n in ir.walk(inner)}:
-            return ir.add(ir.const(math.log(a.args[0].attr)), inner)
+    erfc = _erfc_multiple(a)
+    if erfc is not None:  # log(c erfc(z)), finite where erfc(z) underflows (a probit's log Φ at z < −38)
+        c, z = erfc
+        out = ir.func("logerfc", z)
+        return out if c == 1.0 else ir.add(ir.const(math.log(c)), out)
+    if a.op == "pow" and a.args[1].op == "const" and _erfc_multiple(a.args[0]) is not None:
+        return ir.mul(a.args[1], _stable_log(a.args[0]))  # log(fᵏ) = k log f, f = c erfc(z) > 0
     x = _one_minus(a)
     if x is not None and x.op == "sigmoid":  # log(1 - σ(z)) = -softplus(z)
         return ir.neg(ir.func("softplus", x.args[0]))
@@ -1607,19 +1604,50 @@ def _stable_log(a: Expr):
     return None
 
 
-def _one_plus_erf(a: Expr):
-    """−z if a is 1 + erf(z), z if a is 1 − erf(z) (1 ± erf(z) = erfc(∓z)); else None."""
+def _number(e: Expr):
+    """The value of a scalar without symbols (0.5, sqrt(pi)/2), else None."""
+    if e.shape != SCALAR or any(n.op in ("sym", "delta") for n in ir.walk(e)):
+        return None
+    v = simplify(e)
+    return v.attr if v.op == "const" else None
+
+
+def _erfc_multiple(a: Expr):
+    """(c, z) with a = c erfc(z) for a number c > 0: erfc(z), 0.5*erfc(z), erfc(z)/2,
+    k(1 ± erf(z)) = k erfc(∓z), k + m erf(z) with m = ±k, 1 − 0.5 erfc(z) = 0.5 erfc(−z);
+    else None."""
+    if a.op == "erfc":
+        return 1.0, a.args[0]
+    if a.op in ("mul", "div") and len(a.args) == 2:
+        numbers = [_number(t) for t in a.args]
+        for k in (0, 1):
+            c, inner = numbers[k], _erfc_multiple(a.args[1 - k]) if numbers[k] is not None else None
+            if inner is None or not c or a.op == "div" and k == 0:
+                continue
+            c = inner[0] * (c if a.op == "mul" else 1.0 / c)
+            return (c, inner[1]) if c > 0 else None
+        return None
     if a.op != "add" or len(a.args) != 2:
         return None
-    one = [t for t in a.args if t.op == "const" and t.shape == SCALAR and t.attr == 1.0]
-    rest = [t for t in a.args if not (t.op == "const" and t.shape == SCALAR and t.attr == 1.0)]
-    if len(one) != 1 or len(rest) != 1:
+    numbers = [_number(t) for t in a.args]
+    if (numbers[0] is None) == (numbers[1] is None):
         return None
-    t = rest[0]
-    if t.op == "erf":
-        return ir.neg(t.args[0])
-    if t.op == "mul" and len(t.args) == 2 and t.args[0] == ir.const(-1.0) and t.args[1].op == "erf":
-        return t.args[1].args[0]
+    k = numbers[0] if numbers[0] is not None else numbers[1]
+    t = a.args[1] if numbers[0] is not None else a.args[0]
+    m, f = 1.0, t
+    if t.op == "mul":  # m f: its numbers multiplied (−(0.5 erfc(z)) too), one other factor
+        flat, todo = [], list(t.args)
+        while todo:
+            u = todo.pop()
+            todo.extend(u.args) if u.op == "mul" else flat.append(u)
+        rest = [u for u in flat if _number(u) is None]
+        if len(rest) != 1:
+            return None
+        m, f = math.prod(_number(u) for u in flat if u is not rest[0]), rest[0]
+    if f.op == "erf" and k > 0 and abs(m) == k:  # k(1 ± erf(z)) = k erfc(∓z)
+        return k, ir.neg(f.args[0]) if m > 0 else f.args[0]
+    if f.op == "erfc" and m < 0 and k == -2 * m:  # k − (k/2) erfc(z) = (k/2) erfc(−z)
+        return -m, ir.neg(f.args[0])
     return None
 
 

@@ -131,3 +131,23 @@ def test_a_probit_likelihood_stays_finite_where_erfc_underflows(expr):
     d2 = [-mpmath.diff(logPhi, t, 2) if yi else -mpmath.diff(logPhi, -t, 2) for t, yi in zip(z, y)]
     # (the second derivative, 1 − 1/z² + …, is a difference of two terms near z: 2e-10 at z = 1000)
     np.testing.assert_allclose(h.matrix(X=X, y=y, w=w), X.T @ np.diag([float(t) for t in d2]) @ X, rtol=1e-9)
+
+
+@pytest.mark.parametrize("expr, sign, scale", [
+    ("sum(log(erfc(x)*0.5))", 1, 0.5), ("sum(log(erfc(x)/2))", 1, 0.5), ("sum(log(sqrt(pi)*erfc(x)))", 1, None),
+    ("sum(log((1 + erf(x))/2))", -1, 0.5), ("sum(log(0.5 + 0.5*erf(x)))", -1, 0.5),
+    ("sum(log(0.5*erf(x) + 0.5))", -1, 0.5), ("sum(log(1 - 0.5*erfc(x)))", -1, 0.5),
+    ("sum(log(erfc(x)**2))", 1, None), ("sum(log(1 - erf(x)))", 1, 1.0), ("sum(log(2 - erfc(x)))", -1, 1.0),
+])
+def test_every_spelling_of_log_erfc_stays_finite(expr, sign, scale):
+    # each was log of an erfc that underflows at |x| ≥ 27: its gradient was nan there
+    x = np.array([-60.0, -38.0, -3.0, 0.2, 5.0, 38.0, 60.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        d = matcalc.derive(expr, "x")
+    k = 2 if "**2" in expr else 1
+    want = [float(k * mpmath.diff(lambda t: mpmath.log(mpmath.erfc(sign * t)), mpmath.mpf(v))) for v in x]
+    np.testing.assert_allclose(d.function(x=x), want, rtol=1e-13)
+    if scale is not None:
+        value = float(mpmath.fsum(mpmath.log(scale * mpmath.erfc(sign * mpmath.mpf(v))) for v in x))
+        assert matcalc.value_and_grad(expr, wrt=["x"]).function(x=x)[0] == pytest.approx(value, rel=1e-13)
