@@ -90,14 +90,15 @@ class Sizes(dict):
                 continue
             name, given, shape = self.by[d]
             said: dict = {}  # the argument that gave a factor its size -> [factor = size]
-            for f in named:
+            for f in dict.fromkeys(named):  # (b*b of kron(A, A): b once)
                 said.setdefault(self.by[f][0], []).append(f"{f} = {self[f]}")
             parts = " and ".join(f"{' and '.join(fs)} ({a} has shape {self.by[_first(self.by, a)][1]})"
                                  for a, fs in said.items())
             if not parts:
                 why = f"{s} is not a multiple of {k}"
             else:
-                why = f"{parts} make {d} {'=' if complete else 'a multiple of'} {k}"
+                verb = "makes" if len(set(named)) == 1 else "make"
+                why = f"{parts} {verb} {d} {'=' if complete else 'a multiple of'} {k}"
             involved = {name: shape, **{a: self.by[_first(self.by, a)][2] for a in said}}
             names = [f"{a} is {_names(sh)}" for a, sh in involved.items()]
             names = ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else names[0]

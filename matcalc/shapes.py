@@ -196,7 +196,8 @@ class Typed:
 # names that usually stand for a number (a step size, a tolerance), vectors by their spelling:
 # a note says how to declare them numbers
 NUMBER_LIKE_NAMES = frozenset({"eps", "lr", "reg", "lam", "lmbda", "tol", "temp", "temperature", "wd",
-                               "decay", "momentum", "margin", "scale", "coef", "const", "rate", "step_size"})
+                               "decay", "momentum", "margin", "scale", "coef", "const", "rate", "step_size",
+                               "ell", "ℓ", "ls", "lengthscale", "length_scale", "bandwidth"})
 
 
 class _Typer:
@@ -580,6 +581,8 @@ class _Typer:
         its value is meant entry by entry, never a factor of a matrix product."""
         if node.kind == "name" and node.value in self.def_ast:
             return self._entrywise_value(self.def_ast[node.value])
+        if node.kind == "mul" and node.value == "@" and any(c.kind == "num" and c.value == 1 for c in node.children):
+            return True  # 1@r, u@1.T: a vector spread over a matrix (as gradients print one), to meet it entrywise
         if node.kind == "add":
             return any(self._entrywise_value(c) for c in node.children)
         if node.kind != "call":
@@ -611,9 +614,17 @@ class _Typer:
                 self.notes.remove(prev)
                 chain = operands + [b]
             names = " and ".join([", ".join(self.text(c) for c in chain[:-1]), self.text(chain[-1])])
-            self.note(n, f"{self.text(n)} is an entrywise (Hadamard) product: it only type-checks by "
-                         f"giving {names} the same shape ({self.show(out)}); for a matrix product "
-                         f"write {'@'.join(self.text(c) for c in chain)}")
+            vector = next((c for c, sc in ((a, sa), (b, sb)) if self.vector_kind(sc) == "col"), None)
+            if vector is not None and len(chain) == 2:  # X*u: u spread over X's columns, not X's shape
+                matrix = b if vector is a else a
+                self.note(n, f"{self.text(n)} is an entrywise (Hadamard) product: it multiplies row i of "
+                             f"{self.text(matrix)} by entry i of {self.text(vector)}, which it only does by giving "
+                             f"{self.text(vector)} as many entries as {self.text(matrix)} has rows; for a matrix "
+                             f"product write {'@'.join(self.text(c) for c in chain)}")
+            else:
+                self.note(n, f"{self.text(n)} is an entrywise (Hadamard) product: it only type-checks by "
+                             f"giving {names} the same shape ({self.show(out)}); for a matrix product "
+                             f"write {'@'.join(self.text(c) for c in chain)}")
             self.noted[id(n)] = (self.notes[-1], chain)
         return out
 

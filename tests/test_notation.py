@@ -198,3 +198,23 @@ def test_a_greek_constant_added_to_an_array_is_not_noted_but_mu_is():
         matcalc.derive("sum(relu(x - y + alpha))", "x")
     with pytest.warns(NotationWarning, match="adds the number mu to every entry"):
         matcalc.derive("sum((x - mu)**2)", "x")
+
+
+def test_a_printed_row_broadcast_reads_back_without_a_note():
+    # exp(X*(1@r))*(1@r), matcalc's own gradient text, read back with "write X@(1@r)"
+    shapes = {"X": ("N", "n"), "r": (1, "n")}
+    d = matcalc.derive("sum(exp(X*r))", wrt="X", shapes=shapes)
+    assert "1@r" in d.text
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NotationWarning)
+        matcalc.derive(f"Z:({d.text})", wrt="Z", shapes=shapes)
+
+
+def test_a_vector_times_a_matrix_entrywise_says_what_it_does_and_ell_is_noted():
+    # "giving X and u the same shape (a×b)": u keeps its length and scales X's rows
+    with pytest.warns(NotationWarning, match=r"multiplies row i of X by entry i of u, which it only does by giving u "
+                                             r"as many entries as X has rows; for a matrix product write X@u"):
+        matcalc.derive("sum(X*u)", "X")
+    # a length scale ell left undeclared is a vector spread over D's columns
+    with pytest.warns(NotationWarning, match="ell is a vector by the spelling of its name"):
+        matcalc.derive("y.T@exp(-D/(2*ell**2))@y", wrt="D")
