@@ -125,3 +125,26 @@ def test_symbols_only_in_an_unused_definition_take_no_argument():
     assert h.matrix(X=X).shape == (20, 20)
     with pytest.raises(DeriveError, match="occurs only in the definition of q0"):
         matcalc.derive("logdet(X.T@X + 3*I)", "Y", definitions={"q0": "sum(Y)*beta"})
+
+
+@pytest.mark.parametrize("expr, wrt, shapes, defs, must", [
+    ("v.T@s", "x", None, {"s": "sqrt(x*x + 1)"}, "v*x/s"),  # was v*x/sqrt(x**2 + 1)
+    ("v.T@inv(K)@v", "ell", {"ell": ()}, {"K": "exp(-D/(2*ell**2)) + I"}, "inv(K)"),
+])
+def test_a_definition_is_found_in_the_form_simplify_writes_it(expr, wrt, shapes, defs, must):
+    # the result holds sqrt(x**2 + 1) for s = sqrt(x*x + 1), exp(-0.5*D/ell**2) + I for K: the
+    # names were not used
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        d = matcalc.derive(expr, wrt, shapes=shapes, definitions=defs)
+    assert must in d.text, d.text
+    rng = np.random.default_rng(6)
+    vals = {"x": rng.standard_normal(3), "v": rng.standard_normal(3), "ell": 0.7,
+            "D": np.abs(rng.standard_normal((3, 3)))}
+    args = {k: vals[k] for k in d.function.params}
+    back = matcalc.derive(f"({d.text}):Z", "Z", shapes={**(shapes or {}), "Z": ()} if wrt == "ell" else None,
+                          definitions=defs)
+    np.testing.assert_allclose(back.function(**{**args, "Z": np.ones_like(np.asarray(d.function(**args)))}),
+                               d.function(**args), rtol=1e-12)
