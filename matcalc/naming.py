@@ -31,7 +31,8 @@ def definition_names(definitions: dict | None) -> dict:
     for name, node in (definitions or {}).items():
         out[node] = name
         for form in (simplify(node), simplify(stabilize(node))):
-            out.setdefault(form, name)
+            if form.args:  # (y = 1*x simplifies to x itself: x stays x)
+                out.setdefault(form, name)
     return out
 
 

@@ -148,3 +148,13 @@ def test_a_definition_is_found_in_the_form_simplify_writes_it(expr, wrt, shapes,
                           definitions=defs)
     np.testing.assert_allclose(back.function(**{**args, "Z": np.ones_like(np.asarray(d.function(**args)))}),
                                d.function(**args), rtol=1e-12)
+
+
+def test_a_definition_that_simplifies_to_a_symbol_does_not_rename_it():
+    # y2 = 1*x simplifies to x: every x in the result printed as y2 (W.T@exp(W@y2))
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        d = matcalc.derive("sum(exp(W@x)) + y2:y2", "x", definitions={"y2": "1*x"})
+    assert d.text == "2*x + W.T@exp(W@x)"
