@@ -485,6 +485,7 @@ def _typed(expr, shapes, definitions=None, syntax="matcalc", symmetric=(), wrt=(
     if typed.expr.shape != ir.SCALAR:
         scalar = "sum(...) or G:(...) make a scalar" if syntax == "matcalc" else \
             "sum(...), x'*y or tr(...) make a scalar"
+        scalar += "; jacobian (matcalc jacobian) differentiates an array-valued F"
         raise ShapeError(f"λ must be a scalar, but the expression is {ir.describe(typed.expr.shape)} "
                          f"({scalar}{_scalar_hint(expr, typed, shapes, definitions, syntax, symmetric, wrt)})",
                          expr, 0, len(expr.rstrip()))

@@ -129,6 +129,15 @@ def _names(shape) -> str:
     return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
+def _number_hint(name: str, given: tuple) -> str:
+    """Where a number was given for an array: how to make it one (d in softmax(Q@K.T/sqrt(d))
+    is a vector by the spelling of its name)."""
+    if given != ():
+        return ""
+    return (f" (if {name} is a number, derive again with it declared one: shapes={{'{name}': ()}}, "
+            f"--shape {name}=scalar)")
+
+
 def vector_length(shape: tuple, given: tuple) -> tuple:
     """``given`` (a shape) as the (length,) of a plain vector (``shape`` 1-D) given as a column
     or row; else ``given`` itself."""
@@ -159,7 +168,8 @@ def check_shapes(fname: str, values: dict, user_shapes: dict) -> list:
             given = length
         elif len(given) != len(dims) and not (not dims and all(s == 1 for s in given)):
             kind = {0: "a scalar", 1: "a vector (1-D)", 2: "a matrix (2-D)"}[len(dims)]
-            raise ShapeError(f"{fname}: {name} must be {kind} of shape {shape}, got shape {given}")
+            raise ShapeError(f"{fname}: {name} must be {kind} of shape {shape}, got shape {given}"
+                             + _number_hint(name, given))
         for d, s in zip(dims, given):
             if isinstance(d, int):
                 if d != s:
@@ -285,7 +295,8 @@ class GradientFunction:
                 continue
             if arr.ndim != len(shape):
                 kind = "vector (1-D array)" if len(shape) == 1 else "matrix (2-D array)"
-                raise ShapeError(f"{name} must be a {kind} of shape {shape}, got shape {arr.shape}")
+                raise ShapeError(f"{name} must be a {kind} of shape {shape}, got shape {arr.shape}"
+                                 + _number_hint(name, arr.shape))
             for d, s in zip(shape, arr.shape):
                 if isinstance(d, int):
                     if d != s:

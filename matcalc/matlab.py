@@ -72,7 +72,9 @@ class MatlabTyper(_Typer):
                "eye": "the identity is I (or eye), without a size: it takes its size from what it meets "
                "(I + X*X')", "identity": "the identity is I, sized by what it meets",
                "solve": "write inv(A)*B: matcalc computes it as a solve",
-               "numel": "write size(X, 1)*size(X, 2)", "length": "write size(x, 1)"}
+               "numel": "write size(X, 1)*size(X, 2)", "length": "write size(x, 1)",
+               "norm": "norm(x) is the 2-norm of a vector; for norm(x, 1) write norm1(x), for the "
+                       "Frobenius norm of a matrix norm2(X)"}
 
     numpy_rows = False  # (no NumPy to compare with)
 

@@ -122,7 +122,9 @@ def parse(source: str, syntax: str = "matcalc") -> Node:
             raise ParseError("the expression ends too early (an operand or ')' is missing)",
                              source, pos, pos + 1) from None
         msg = f"unexpected {_describe_token(tok)}"
-        if tok.type == "RPAR":
+        if str(tok) == ":" and source[:pos].rstrip().endswith("(") and source[pos + 1:].lstrip().startswith(")"):
+            msg += " (X(:), every entry of X in one column, is vec(X); matcalc has no indexing)"
+        elif tok.type == "RPAR":
             msg += " (unbalanced parentheses, or an operand is missing)"
         elif tok.type in ("NAME", "NUMBER", "LPAR"):
             msg += (" (an operator is missing: write products with *, ∘ or @)" if syntax != "matlab" else
@@ -236,6 +238,8 @@ def _character_hint(source: str, pos: int, ch: str) -> str:
     before = source[:pos].rstrip()
     if ch == "{" and before.endswith("^"):
         return " (X^{-1} is inv(X), X^{T} is X.T, x^{2} is x**2)"
+    if ch == ":" and before.endswith("(") and source[pos + 1:].lstrip().startswith(")"):
+        return " (X(:), every entry of X in one column, is vec(X); matcalc has no indexing)"
     if ch == "[":
         return " (matcalc has no indexing: it works with whole arrays; use parentheses for grouping)"
     if ch in "]{}":

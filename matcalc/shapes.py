@@ -67,7 +67,13 @@ _SPELLED = {"solve": "write inv(A)@B: matcalc computes it as a solve", "log_soft
             "logm": "matcalc has no matrix logarithm; log(X) is entry by entry (logdet(X) = tr(logm(X)))",
             "sqrtm": "matcalc has no matrix square root; sqrt(X) is entry by entry",
             "log10": "write log(x)/log(10)", "log2": "write log(x)/log(2)",
-            "leaky_relu": "write relu(z) - a*relu(-z)", "numel": "write size(X, 0)*size(X, 1)",
+            "leaky_relu": "write relu(z) - a*relu(-z)",
+            "std": "write sqrt(mean((x - mean(x))**2))",
+            **dict.fromkeys(("ndtr", "normcdf", "norm_cdf", "Phi", "Φ"), "the normal CDF Φ(z) is 0.5*erfc(-z/sqrt(2)); "
+                            "log(0.5*erfc(-z/sqrt(2))) is computed stably, as logerfc"),
+            "log_ndtr": "log Φ(z) is log(0.5*erfc(-z/sqrt(2))), computed stably, as logerfc",
+            **dict.fromkeys(("lgamma", "gammaln", "digamma", "gamma", "loggamma"), "matcalc has no gamma "
+                            "functions"), "numel": "write size(X, 0)*size(X, 1)",
             "length": "write size(x, 0)", "elu": "matcalc has no elu; relu, softplus, gelu and silu are built in"}
 
 def _is_name(s: str) -> bool:

@@ -379,3 +379,17 @@ def test_a_shape_given_as_a_kind_and_a_sympy_matrix_of_numbers_are_refused():
     X = sympy.MatrixSymbol("X", 2, 2)
     with pytest.raises(DeriveError, match="has no matcalc equivalent"):  # (an AttributeError traceback)
         matcalc.derive(sympy.Trace(X.T * sympy.Matrix([[1, 2], [3, 4]])), wrt=X)
+
+
+def test_a_number_given_for_a_vector_by_its_name_says_how_to_declare_it():
+    # d in softmax(Q@K.T/sqrt(d), 1) is a vector by its spelling; given 2.0 the message said
+    # only "d must be a vector (1-D array) of shape ('a',), got shape ()"
+    import numpy as np
+
+    d = matcalc.derive("O:(softmax(Q@K.T/sqrt(d), 1)@V)", "Q")
+    args = dict(O=np.ones((2, 3)), Q=np.ones((2, 4)), K=np.ones((5, 4)), V=np.ones((5, 3)), d=2.0)
+    with pytest.raises(ShapeError, match=r"if d is a number, derive again with it declared one: shapes=\{'d': \(\)\}"):
+        d.function(**args)
+    args["d"] = np.array(2.0)
+    with pytest.raises(ShapeError, match=r"if d is a number"):
+        d.function(**args)
