@@ -203,7 +203,8 @@ class Typed:
 # a note says how to declare them numbers
 NUMBER_LIKE_NAMES = frozenset({"eps", "lr", "reg", "lam", "lmbda", "tol", "temp", "temperature", "wd",
                                "decay", "momentum", "margin", "scale", "coef", "const", "rate", "step_size",
-                               "ell", "ℓ", "ls", "lengthscale", "length_scale", "bandwidth"})
+                               "ell", "ℓ", "ls", "lengthscale", "length_scale", "bandwidth", "sf2", "sn2",
+                               "noise", "variance", "amplitude", "dk", "d_k", "d_model"})
 
 
 class _Typer:
