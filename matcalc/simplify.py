@@ -9,7 +9,6 @@ transposes vanish, scalars move to the front, common factors are pulled out
 """
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 import weakref
@@ -340,11 +339,6 @@ def _open_brackets(flat, shape):
         if core is not None and core.op == "add" and core.shape == t.shape:
             opened.extend(scale(c, u) for u in core.args)
             inside.extend(_key_of(split_coeff(u)[1]) for u in core.args)
-        elif core is not None and core.op == "matmul" and _sum_factor(core) is not None:
-            fs, k = _sum_factor(core)  # P(A + B)Q = PAQ + PBQ
-            parts = [functools.reduce(s_matmul, fs[:k] + [u] + fs[k + 1:]) for u in fs[k].args]
-            opened.extend(scale(c, u) for u in parts)
-            inside.extend(_key_of(split_coeff(u)[1]) for u in parts)
         elif core is not None and core.op == "frob" and any(a.op == "add" for a in core.args):
             i = 0 if core.args[0].op == "add" else 1  # (C + D):Y = C:Y + D:Y
             whole = core.args[i].shape  # (a broadcast term counts as the array it spreads to: (C + β):Y)
@@ -360,14 +354,6 @@ def _open_brackets(flat, shape):
     if not inside or len(set(inside) | set(outside)) == len(inside) + len(outside):
         return None
     return _if_shorter(opened, flat, shape)
-
-
-def _sum_factor(e: Expr):
-    """(the factors of the product e, the index of the first that is a sum of terms of its
-    shape), or None."""
-    fs = ir.chain_factors(e)
-    k = next((i for i, f in enumerate(fs) if f.op == "add" and all(u.shape == f.shape for u in f.args)), None)
-    return None if k is None else (fs, k)
 
 
 def _key_of(core):

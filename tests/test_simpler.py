@@ -572,7 +572,7 @@ def test_a_result_is_a_fixed_point_of_the_simplifier(expr, lam, want):
     from support.fd import central_fd_grad
 
     d = matcalc.derive(expr, "A", shapes={"X": ("b", "b")})
-    assert len(d.text) <= len(want), d.text  # (that form, or another as short: terms left apart are longer)
+    assert d.text == want
     assert simplify_pass(d.gradient) == d.gradient  # one more pass over the result changes nothing
     A = np.random.default_rng(19).standard_normal((3, 4))
     others = {k: v for k, v in {"X": X19, "y": Y19, "alpha": 0.7}.items() if k in d.function.params}
@@ -832,23 +832,3 @@ def test_shorter_forms_of_counts_and_inner_products_of_rows(expr, wrt, text):
     d = matcalc.derive(expr, wrt)
     assert d.text == text
     assert d.check().ok
-
-
-def test_a_product_with_a_sum_inside_is_opened_where_its_terms_meet_their_likes():
-    # the Gaussian NLL in L (S = LLᵀ + εI): G_S L + G_Sᵀ L printed as
-    # 0.5*((n*I - inv(S)@R@R.T)@inv(S) + inv(S)@(n*I - R@R.T@inv(S)))@L, five products and
-    # twice the text of (n S⁻¹ − S⁻¹RRᵀS⁻¹) L
-    expr = "0.5*tr(R.T@inv(L@L.T + epsilon*I)@R) + 0.5*n*logdet(L@L.T + epsilon*I)"
-    d = matcalc.derive(expr, "L", shapes={"n": (), "L": ("p", "k"), "R": ("p", "m")})
-    assert d.text.count("inv(") == 3 and "0.5" not in d.text, d.text
-    rng = np.random.default_rng(4)
-    L, R = rng.standard_normal((3, 4)), rng.standard_normal((3, 5))
-
-    def lam(L):
-        S = L @ L.T + 0.1 * np.eye(3)
-        return 0.5 * np.trace(R.T @ np.linalg.solve(S, R)) + 0.5 * 5 * np.linalg.slogdet(S)[1]
-
-    from support.fd import central_fd_grad
-
-    np.testing.assert_allclose(d.function(L=L, R=R, n=5.0, epsilon=0.1), central_fd_grad(lam, {"L": L}, "L"),
-                               rtol=1e-6, atol=1e-8)
