@@ -574,20 +574,24 @@ def s_mul(*fs: Expr) -> Expr:
         return s_mul(*[f for f in flat if f.shape == SCALAR],
                      s_func("kron", *(s_mul(p, q) for p, q in zip(arrays[0].args, arrays[1].args))))
     c = 1.0
+    multiplied = 0  # numbers other than ±1 multiplied here (only their product has roundings to undo)
     rest, denominators = [], []
     for f in flat:
         if f.op == "const":
             c *= f.attr
+            multiplied += abs(f.attr) != 1.0
         elif f.op == "div":  # a∘(b⊘d) = (a∘b)⊘d: one division per product
             n0, d0 = f.args
             if n0.op == "const" and n0.shape == SCALAR:
                 c *= n0.attr
+                multiplied += abs(n0.attr) != 1.0
             else:
                 rest.extend(factors(n0))
             denominators.append(d0)
         else:
             rest.append(f)
-    c = _rounded(c)
+    if multiplied > 1:  # (a number as typed, 1.0000000000000002, stays as it is)
+        c = _rounded(c)
     for f in list(rest):  # (its number of entries)∘mean(X) = sum(X), along an axis too
         if f.op == "mean":
             n = count(f.args[0].shape) if f.attr is None else axis_count(f.args[0].shape, f.attr)

@@ -832,3 +832,17 @@ def test_shorter_forms_of_counts_and_inner_products_of_rows(expr, wrt, text):
     d = matcalc.derive(expr, wrt)
     assert d.text == text
     assert d.check().ok
+
+
+def test_numbers_multiplied_to_a_few_roundings_off_a_fraction_are_it_but_a_typed_number_stays():
+    # 2·(1/√2)·(1/√2) is 1.0000000000000002: the Hessian of a probit printed "- 1*X@w"
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        h = matcalc.hessian("-sum(log(0.5*erfc(-(X@w)/sqrt(2))))", "w")
+    assert "1*X@w" not in h.text and "X@w" in h.text
+    # a number as typed is kept to its last bit: (1.0000000000000002 x − x):y is 2⁻⁵² y, not 0
+    d = matcalc.derive("(1.0000000000000002*x - x):y", "x")
+    y = np.array([1.0, -2.0, 3.0])
+    np.testing.assert_array_equal(d.function(x=np.zeros(3), y=y), 2.0 ** -52 * y)
