@@ -859,3 +859,10 @@ def test_a_map_zero_by_cancellation_is_held_to_the_rounding_of_its_terms():
     for seed in range(3):
         report = matcalc.hessian("sum(norm2(alpha*z.T) - (X + k + W1))", "alpha").check(seed=seed)
         assert report.ok, str(report)
+
+
+def test_a_side_of_the_dense_matrix_that_is_a_product_is_bracketed():
+    # "J is a×a*b" read as (a×a)*b
+    j = matcalc.jacobian("exp(W@x)", "W")
+    assert j.derivation_lines()[-1].startswith("J is a×(a*b): ") and "matrix a×(a*b)" in repr(j)
+    assert "(a*b)×(a*b)" in matcalc.hessian("sum(exp(W@x))", "W").derivation_lines()[-1]
