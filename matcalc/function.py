@@ -86,7 +86,7 @@ class Sizes(dict):
             named = [f for f in factors if not isinstance(f, int) and f in self]
             k = math.prod(f if isinstance(f, int) else self[f] for f in factors if f in named or isinstance(f, int))
             complete = len(named) == sum(not isinstance(f, int) for f in factors)
-            if s == k if complete else s % k == 0:
+            if s == k if complete else (s % k == 0 if k else s == 0):  # (an empty array: k = 0)
                 continue
             name, given, shape = self.by[d]
             said: dict = {}  # the argument that gave a factor its size -> [factor = size]

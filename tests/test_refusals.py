@@ -393,3 +393,17 @@ def test_a_number_given_for_a_vector_by_its_name_says_how_to_declare_it():
     args["d"] = np.array(2.0)
     with pytest.raises(ShapeError, match=r"if d is a number"):
         d.function(**args)
+
+
+def test_a_product_of_dimensions_with_an_empty_factor_is_checked_without_dividing_by_zero():
+    from matcalc.function import Sizes
+
+    sizes = Sizes()
+    sizes.take("a", 0, "x", (0,), ("a",))
+    sizes.take("a*b", 3, "y", (3,), ("a*b",))
+    with pytest.raises(ShapeError, match=r"y has shape \(3,\), which makes a\*b = 3, but a = 0"):
+        sizes.check_products()
+    sizes = Sizes()
+    sizes.take("a", 0, "x", (0,), ("a",))
+    sizes.take("a*b", 0, "y", (0,), ("a*b",))
+    sizes.check_products()  # 0 entries: as many as a = 0 makes
