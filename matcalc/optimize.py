@@ -359,8 +359,8 @@ def _unit_vectors(e: Expr):
         return None
     num, den = e.args
     k = 1.0
-    if den.op == "pow" and den.args[1].op == "const" and den.args[1].attr >= 1 \
-            and float(den.args[1].attr).is_integer():
+    if den.op == "pow" and den.args[1].op == "const" and 1 <= den.args[1].attr <= 16 \
+            and float(den.args[1].attr).is_integer():  # (one division per power: a few at most)
         den, k = den.args[0], den.args[1].attr
     if den.op == "norm2":
         z = den.args[0]

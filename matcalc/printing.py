@@ -33,8 +33,8 @@ def number_form(v: float, pi=True):
     is 2/√π, erf's; 0.3989422804014327 is 1/√(2π)), each only where it is that float up to
     the last bits; else None (0.5 and 0.1 stay).  pi false (a bool, or a function asked when a
     form has π): no forms with π (pi names a symbol)."""
-    if v == 0.0 or len(repr(abs(v))) <= 8 or not math.isfinite(v):
-        return None
+    if v == 0.0 or len(repr(abs(v))) <= 8 or not math.isfinite(v) or not 1e-250 < abs(v) < 1e250:
+        return None  # (near the ends of the floats a quotient by π² or a product overflows)
     if len(fmt_number(abs(v))) <= 8:  # 0.1 + 0.2 is 0.3 (fmt_number), not 3/10
         return None
     from fractions import Fraction  # (only for such a number: the import takes 4 ms)

@@ -535,7 +535,7 @@ class _LinearMap:
                     sizes.setdefault(d, s)
         return tuple(d if isinstance(d, int) else _dim_size(d, sizes) for d in shape_user if d != 1)
 
-    def matrix(self, *args, **values):
+    def matrix(self, /, *args, **values):
         """The dense matrix, (entries of the result) × (entries of dW), column-major vec order."""
         import numpy as np
 

@@ -393,7 +393,7 @@ class _Functions:
         out = self._ns[self._first](**args)
         return self._shaped(out, given) if shaped else out
 
-    def matrix(self, **values):
+    def matrix(self, /, **values):
         """The dense matrix, (entries of the result) × (entries of W), column-major vec order."""
         return self._ns[self._names["dense"]](**self._values(self._names["dense"], values)[0])
 
@@ -409,7 +409,7 @@ class HessianFunctions(_Functions):
         return self._product("product", self._tangent(V, values, self._in_shape, "the direction V"), values,
                              shaped=True)
 
-    def gradient_function(self, **values):
+    def gradient_function(self, /, **values):
         """The gradient of λ (in Wi for a block (Wi, Wj))."""
         return self._first_function(values, shaped=True)
 
@@ -430,7 +430,7 @@ class JacobianFunctions(_Functions):
         return self._product("vjp", self._tangent(G, values, self._out_shape, "the cotangent G"), values,
                              shaped=True)
 
-    def value_function(self, **values):
+    def value_function(self, /, **values):
         """F itself."""
         return self._orientation.apply(self._first_function(values), values)
 

@@ -408,7 +408,7 @@ def _common_denominator(flat, shape):
         b, k = _base_exponent(core.args[1])
         if base is None:
             base = b
-        if b is not base or k <= 0 or 2 * k != round(2 * k):  # (whole or half powers only)
+        if b is not base or k <= 0 or not math.isfinite(2 * k) or 2 * k != round(2 * k):  # (whole or half powers)
             others.append(t)
             continue
         parts.append((c, core.args[0], k))
@@ -1106,8 +1106,12 @@ def s_pow(a: Expr, k: Expr) -> Expr:
         if a.op == "mul" and a.args[0].op == "const" and a.args[0].shape == SCALAR and k.attr == round(k.attr) \
                 and abs(k.attr) <= 4:  # (cx)ᵏ = cᵏxᵏ for a whole k: exp(-(-x/√2)**2) is exp(-0.5*x**2)
             rest = a.args[1] if len(a.args) == 2 else Expr("mul", a.args[1:], None, a.shape)
-            if rest.shape == a.shape and math.isfinite(a.args[0].attr ** k.attr) and a.args[0].attr != 0.0:
-                return s_mul(const(a.args[0].attr ** k.attr), s_pow(rest, k))
+            try:
+                ck = a.args[0].attr ** k.attr
+            except (OverflowError, ZeroDivisionError):  # (1e308 squared)
+                ck = math.inf
+            if rest.shape == a.shape and math.isfinite(ck) and a.args[0].attr != 0.0:
+                return s_mul(const(ck), s_pow(rest, k))
     return Expr("pow", (a, k), None, a.shape)
 
 

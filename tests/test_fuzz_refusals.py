@@ -617,3 +617,30 @@ def test_cli_huge_number_is_not_an_internal_error():
     r = _cli("1e400*x:1", "--wrt", "x")
     assert r.returncode in (0, 2), (r.returncode, r.stderr)
     assert "Traceback" not in r.stderr and "internal error" not in r.stderr
+
+
+@pytest.mark.parametrize("expr", ["1.7976931348623157e308*(x:y)", "3.14e307*(x:y)", "sum(x/2.2250738585072014e-308)",
+                                  "sum(gelu(-1e308*x))", "sum(logerfc(1e308*x))", "norm2(x)**-1e308+sum(x)"])
+def test_numbers_at_the_ends_of_the_floats_are_no_internal_error(expr):
+    # an OverflowError printing 1.797e308 (a form p/q·cᵉ), squaring 1e308 in simplify, and
+    # rounding the half of an exponent of 1e308: exit 3 on the command line
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        d = matcalc.derive(expr, "x")
+        assert d.text and d.latex and d.to_dict()["gradient"] == d.text
+        matcalc.hessian(expr, "x").text
+    r = subprocess.run([sys.executable, "-m", "matcalc", "derive", expr, "--wrt", "x"], capture_output=True, text=True)
+    assert r.returncode == 0 and "internal error" not in r.stderr, r.stderr
+
+
+def test_a_symbol_named_self_is_an_argument_like_any_other():
+    # Hessian.check() and Jacobian.matrix(self=...) raised "got multiple values for argument 'self'"
+    import numpy as np
+
+    h = matcalc.hessian("sum(exp(W@self))", "W")
+    assert h.check().ok
+    j = matcalc.jacobian("exp(W@self)", "W")
+    W, s = np.full((2, 3), 0.1), np.array([1.0, 2.0, 3.0])
+    np.testing.assert_allclose(j.matrix(W=W, self=s), np.kron(s[None, :], np.diag(np.exp(W @ s))), rtol=1e-12)
