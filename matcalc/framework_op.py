@@ -27,7 +27,6 @@ def _cotangent_name(taken) -> str:
     return name
 
 
-
 def _nested_forward() -> bool:
     """Whether torch.func runs two forward-mode levels here (jvp of jvp, jacfwd of jacfwd),
     where torch passes an autograd.Function's jvp its saved inputs without the outer level's
@@ -38,6 +37,7 @@ def _nested_forward() -> bool:
         return sum(str(i.key()).endswith("Jvp") for i in retrieve_all_functorch_interpreters()) > 1
     except Exception:
         return True
+
 
 def _user_shape(shape) -> tuple:
     r, c = shape

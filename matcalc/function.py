@@ -71,8 +71,18 @@ class Sizes(dict):
 
     def take(self, d, s: int, name: str, given: tuple, shape: tuple) -> None:
         if self.setdefault(d, s) != s:
-            conflict(self.prefix, self, self.by, d, s, name, given, shape)
+            self.conflict(d, s, name, given, shape)
         self.by.setdefault(d, (name, given, shape))
+
+    def conflict(self, d, s: int, name: str, given: tuple, shape: tuple):
+        """The ShapeError of name's shape ``given``, which makes d = s where by[d] made it self[d]."""
+        other, other_given, other_shape = self.by[d]
+        if other == name:
+            raise ShapeError(f"{self.prefix}{name} has shape {given}, but its dimensions named {d} must be "
+                             f"equal ({name} is {_names(shape)})")
+        raise ShapeError(f"{self.prefix}{name} has shape {given}, which makes {d} = {s}, but {other} has shape "
+                         f"{other_given}, which makes {d} = {self[d]} ({other} is {_names(other_shape)} and {name} "
+                         f"is {_names(shape)}): one of them is not the shape the expression takes")
 
     def check_products(self) -> None:
         """A ShapeError where a product of dimensions (the a*b of vec(X) or kron(A, B)) is not
@@ -110,18 +120,6 @@ class Sizes(dict):
 def _first(by: dict, arg: str):
     """The first dimension that the argument ``arg`` gave its size."""
     return next(d for d, (a, _, _) in by.items() if a == arg)
-
-
-def conflict(prefix: str, sizes: dict, by: dict, d, s: int, name: str, given: tuple, shape: tuple):
-    """The ShapeError of name's shape ``given``, which makes d = s where by[d] made it sizes[d]."""
-    want = sizes[d]
-    other, other_given, other_shape = by[d]
-    if other == name:
-        raise ShapeError(f"{prefix}{name} has shape {given}, but its dimensions named {d} must be "
-                         f"equal ({name} is {_names(shape)})")
-    raise ShapeError(f"{prefix}{name} has shape {given}, which makes {d} = {s}, but {other} has shape "
-                     f"{other_given}, which makes {d} = {want} ({other} is {_names(other_shape)} and {name} is "
-                     f"{_names(shape)}): one of them is not the shape the expression takes")
 
 
 def _names(shape) -> str:
@@ -279,9 +277,7 @@ class GradientFunction:
                 if isinstance(d, int) and d != arr.shape[0]:
                     raise ShapeError(f"{name} has length {arr.shape[0]}, but its declared shape is {shape}")
                 if not isinstance(d, int):
-                    if sizes.setdefault(d, arr.shape[0]) != arr.shape[0]:
-                        conflict("", sizes, by, d, arr.shape[0], name, arr.shape, shape)
-                    by.setdefault(d, (name, arr.shape, shape))
+                    sizes.take(d, arr.shape[0], name, arr.shape, shape)
                 out[self.params[name]] = arr
                 continue
             if arr.size == 1 and shape and all(d == 1 for d in shape):  # (1,) / (1, 1): any one number
@@ -303,7 +299,7 @@ class GradientFunction:
                         raise ShapeError(f"{name} has shape {arr.shape}, but its declared shape is {shape}")
                     continue
                 if sizes.setdefault(d, s) != s:  # (Sizes.take's work inline: this runs on every call)
-                    conflict("", sizes, by, d, s, name, arr.shape, shape)
+                    sizes.conflict(d, s, name, arr.shape, shape)
                 by.setdefault(d, (name, arr.shape, shape))
             out[self.params[name]] = arr
         if not self._fast:  # (a product of dimensions turns the fast path off)

@@ -86,11 +86,6 @@ def _free_name(base: str, taken) -> str:
     return name
 
 
-def _side(size) -> str:
-    """A side of the dense matrix as text, a product in brackets: a×(a*b), not a×a*b."""
-    return f"({size})" if "*" in str(size) else str(size)
-
-
 def size_text(shape) -> object:
     """The number of entries of a user shape: an int, a dim name, or a product 'n*m'."""
     dims = [d for d in shape if d != 1]
@@ -318,6 +313,11 @@ class _LinearMap:
     def matrix_shape(self) -> tuple:
         """(rows, columns) of the dense matrix: entries of the result by entries of dW."""
         return (size_text(self._out_user_shape), size_text(self.shape))
+
+    @property
+    def _matrix_text(self) -> str:
+        """matrix_shape as text, a side that is a product in brackets: a×(a*b), not a×a*b."""
+        return "×".join(f"({d})" if "*" in str(d) else str(d) for d in self.matrix_shape)
 
     @property
     def _out_user_shape(self):
@@ -655,7 +655,7 @@ class Jacobian(_LinearMap):
                     self.steps.append(step)
 
     def __repr__(self):
-        return f"<Jacobian dF = {self.text} (d{self.wrt}), matrix {_side(self.matrix_shape[0])}×{_side(self.matrix_shape[1])}>"
+        return f"<Jacobian dF = {self.text} (d{self.wrt}), matrix {self._matrix_text}>"
 
     def __str__(self):
         return f"dF = {self.text}"
@@ -732,11 +732,10 @@ class Jacobian(_LinearMap):
 
     @property
     def shape_reason(self) -> str:
-        r, c = self.matrix_shape
         if not self.out_shape:  # F a number: one row, the gradient's transpose
-            return (f"J is 1×{_side(c)}: F is a scalar, one row; one column per entry of {self.wrt} {self.shape_text}, "
-                    "in column-major vec order")
-        return (f"J is {_side(r)}×{_side(c)}: one row per entry of F {_shape_str(self.out_shape)}, one column per "
+            return (f"J is {self._matrix_text}: F is a scalar, one row; one column per entry of {self.wrt} "
+                    f"{self.shape_text}, in column-major vec order")
+        return (f"J is {self._matrix_text}: one row per entry of F {_shape_str(self.out_shape)}, one column per "
                 f"entry of {self.wrt} {self.shape_text}, both in column-major vec order")
 
     def check(self, seed: int = 0, tol: float = 1e-5, draws: int = 2, domain: dict | None = None,
@@ -825,7 +824,7 @@ class Hessian(_LinearMap):
         self.steps.append(Step(ir.frob(lin, dWi), ir.frob(dWi, lin), note, frozenset(), note_tex))
 
     def __repr__(self):
-        return f"<Hessian H[d{self.wrt}] = {self.text}, matrix {_side(self.matrix_shape[0])}×{_side(self.matrix_shape[1])}>"
+        return f"<Hessian H[d{self.wrt}] = {self.text}, matrix {self._matrix_text}>"
 
     def __str__(self):
         return f"H[d{self.wrt}] = {self.text}"
@@ -899,12 +898,11 @@ class Hessian(_LinearMap):
 
     @property
     def shape_reason(self) -> str:
-        r, c = self.matrix_shape
         if self.diagonal:
             return (f"H maps d{self.wrt} {self.shape_text} to the shape of {self.wrt}; the dense Hessian "
-                    f"is {_side(r)}×{_side(c)} (column-major vec order)")
+                    f"is {self._matrix_text} (column-major vec order)")
         return (f"the block maps d{self.wrt_j} {self.shape_text} to the shape of {self.wrt_i} "
-                f"{_shape_str(self.out_shape)}; dense {_side(r)}×{_side(c)} (column-major vec order)")
+                f"{_shape_str(self.out_shape)}; dense {self._matrix_text} (column-major vec order)")
 
     def check(self, seed: int = 0, tol: float = 1e-5, draws: int = 2, domain: dict | None = None,
               sizes: dict | None = None):
