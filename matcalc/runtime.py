@@ -23,25 +23,25 @@ def _sigmoid(z):
 
 # helper: _logsumexp
 def _logsumexp(z):
-    m = np.maximum.reduce(z, None)
+    m = np.maximum.reduce(z, None, initial=-np.inf)
     return m + np.log(np.add.reduce(np.exp(z - m), None))
 
 
 # helper: _softmax
 def _softmax(z):
-    e = np.exp(z - np.maximum.reduce(z, None))
+    e = np.exp(z - np.maximum.reduce(z, None, initial=-np.inf))
     return e / np.add.reduce(e, None)
 
 
 # helper: _logsumexp_axis
 def _logsumexp_axis(z, axis):
-    m = np.maximum.reduce(z, axis, keepdims=True)
+    m = np.maximum.reduce(z, axis, keepdims=True, initial=-np.inf)
     return np.squeeze(m, axis) + np.log(np.add.reduce(np.exp(z - m), axis))
 
 
 # helper: _softmax_axis
 def _softmax_axis(z, axis):
-    e = np.exp(z - np.maximum.reduce(z, axis, keepdims=True))
+    e = np.exp(z - np.maximum.reduce(z, axis, keepdims=True, initial=-np.inf))
     return e / np.add.reduce(e, axis, keepdims=True)
 
 
@@ -94,7 +94,7 @@ def _norm2(x):
     n = np.linalg.norm(x)
     if 0.0 < n < np.inf:
         return n
-    m = np.max(np.abs(x))  # the sum of squares under- or overflowed: scale first
+    m = np.max(np.abs(x), initial=0.0)  # the sum of squares under- or overflowed: scale first
     return m * np.linalg.norm(x / m) if 0.0 < m < np.inf else n
 
 

@@ -853,16 +853,16 @@ HELPERS = {
     """(b ⊗ a) m without the Kronecker product: a X bᵀ for each column vec(X) of m."""
     ac = a if isinstance(a, int) else a.shape[1]
     bc = b if isinstance(b, int) else b.shape[1]
-    x = m.reshape(bc, ac, -1)  # x[j, i, col] = X_col[i, j]
+    x = m.reshape(bc, ac, m.shape[1])  # x[j, i, col] = X_col[i, j]
     if not isinstance(a, int):
         x = np.matmul(a, x)
     if not isinstance(b, int):
         x = np.tensordot(b, x, axes=(1, 0))
-    return x.reshape(-1, m.shape[1])
+    return x.reshape(x.shape[0] * x.shape[1], m.shape[1])  # (no -1: m may be empty)
 ''',
     "_comm": '''def _comm(m, p, q):
     """K_pq m: the rows of m permuted as vec(X) -> vec(Xᵀ) for a p×q X (K is never built)."""
-    return np.ascontiguousarray(m.reshape(q, p, -1).transpose(1, 0, 2)).reshape(p * q, -1)
+    return np.ascontiguousarray(m.reshape(q, p, m.shape[1]).transpose(1, 0, 2)).reshape(p * q, m.shape[1])
 ''',
     "_symadd": '''def _symadd(a, c=1.0, block=64):
     """c (a + aᵀ), in square blocks that stay in cache (a plain a + a.T reads a.T with

@@ -151,3 +151,52 @@ def test_every_spelling_of_log_erfc_stays_finite(expr, sign, scale):
     if scale is not None:
         value = float(mpmath.fsum(mpmath.log(scale * mpmath.erfc(sign * mpmath.mpf(v))) for v in x))
         assert matcalc.value_and_grad(expr, wrt=["x"]).function(x=x)[0] == pytest.approx(value, rel=1e-13)
+
+
+# Empty arrays (a dimension of 0): the values NumPy and SciPy give for the same λ, and
+# gradients of the argument's shape.  The reductions were NumPy's "zero-size array to
+# reduction operation maximum" error.
+def _scipy_special():
+    import scipy.special
+    return scipy.special
+
+
+EMPTY = [
+    # (λ, wrt, shapes, the zero dimension, λ of the arrays in NumPy/SciPy)
+    ("norm2(x)", "x", {"x": ("n",)}, "n", lambda x: np.linalg.norm(x)),
+    ("logsumexp(x)", "x", {"x": ("n",)}, "n", lambda x: _scipy_special().logsumexp(x)),
+    ("softmax(x):y", "x", {"x": ("n",), "y": ("n",)}, "n", lambda x, y: 0.0),  # (a sum of no terms:
+    # SciPy's softmax of an empty array raises NumPy's reduction error)
+    ("norm2(X)", "X", {"X": ("a", "b")}, "a", lambda X: np.linalg.norm(X)),
+    ("sum(logsumexp(X, 0))", "X", {"X": ("a", "b")}, "a",
+     lambda X: np.sum(_scipy_special().logsumexp(X, 0))),
+    ("sum(logsumexp(X, 1))", "X", {"X": ("a", "b")}, "b",
+     lambda X: np.sum(_scipy_special().logsumexp(X, 1))),
+    ("softmax(X, 1):Y", "X", {"X": ("a", "b"), "Y": ("a", "b")}, "b", lambda X, Y: 0.0),
+]
+
+
+@pytest.mark.parametrize("expr,wrt,shapes,zero,numpy_value", EMPTY, ids=[c[0] for c in EMPTY])
+def test_reductions_of_an_empty_array_give_numpy_s_values(expr, wrt, shapes, zero, numpy_value):
+    rng = np.random.default_rng(3)
+    sizes = {"n": 4, "a": 2, "b": 3, zero: 0}
+    args = {k: rng.standard_normal(tuple(sizes[d] for d in dims)) for k, dims in shapes.items()}
+    vg = matcalc.value_and_grad(expr, wrt=[wrt], shapes=shapes)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (log 0, as in SciPy)
+        want = numpy_value(**args)
+        value, grads = vg.function(**args)
+        grad = matcalc.derive(expr, wrt, shapes=shapes).function(**args)
+    assert value == want
+    assert grads[wrt].shape == grad.shape == args[wrt].shape
+
+
+@pytest.mark.parametrize("expr", ["X.T", "vec(X.T)", "kron(X, A)"])
+@pytest.mark.parametrize("shape", [(0, 3), (3, 0), (0, 0)])
+def test_the_dense_jacobian_at_an_empty_matrix_is_empty(expr, shape):
+    # a permutation of vec(X) was a reshape with -1, which has no size to infer at 0
+    jac = matcalc.jacobian(expr, "X", shapes={"X": ("a", "b"), "A": ("c", "d")})
+    args = {"X": np.zeros(shape), "A": np.ones((2, 3))}
+    M = jac.matrix(**{k: v for k, v in args.items() if k in expr})
+    out = jac.value_function(**{k: v for k, v in args.items() if k in expr})
+    assert M.shape == (np.size(out), 0)
