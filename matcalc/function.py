@@ -259,11 +259,16 @@ class GradientFunction:
                                     "for torch's autograd use matcalc.op(expr) or d.callable('torch'), or pass "
                                     f"{self.params[name]}.detach()") from None
                 raise
+            except (ValueError, TypeError) as e:  # (ragged lists)
+                raise _not_numbers(name, e) from None
             if complex_:
                 raise TypeError(f"{name} is complex; matcalc's functions take real numbers")
             if value is None or isinstance(value, (str, bytes)):  # (asarray(None, float) is nan)
                 raise TypeError(f"{name} is {type(value).__name__}; matcalc's functions take numbers and arrays")
-            arr = np.asarray(value, dtype=float)
+            try:
+                arr = np.asarray(value, dtype=float)
+            except (ValueError, TypeError) as e:  # (strings in an array, a dict)
+                raise _not_numbers(name, e) from None
             if len(shape) == 0:
                 if arr.size != 1:
                     raise ShapeError(f"{name} is a scalar, got an array of shape {arr.shape}")
@@ -353,3 +358,8 @@ class GradientFunction:
             for d, s in zip(shape, given):
                 sizes.setdefault(d, s)
         return tuple(d if isinstance(d, int) else sizes[d] for d in self._out_shape)
+
+
+def _not_numbers(name, error):  # (also second_order's tangents)
+    """NumPy's error converting an argument to floats, with the argument's name."""
+    return type(error)(f"{name} is not an array of numbers ({error}); matcalc's functions take numbers and arrays")

@@ -507,8 +507,13 @@ class _LinearMap:
     def _tangent_array(self, V, values, shape_user, what):
         import numpy as np
 
+        from .function import _not_numbers
+
         target = self._concrete(shape_user, values)
-        arr = np.asarray(V, dtype=float)
+        try:
+            arr = np.asarray(V, dtype=float)
+        except (ValueError, TypeError) as e:
+            raise _not_numbers(what, e) from None
         if not target:
             if arr.size != 1:
                 raise ShapeError(f"{what} must be a scalar here, got an array of shape {arr.shape}")

@@ -100,6 +100,12 @@ def test_function_rejects_inputs_of_the_wrong_shape():
     for bad in (None, "1.0"):  # None gave an array of nan, silently
         with pytest.raises(TypeError, match="W is (NoneType|str)"):
             d.function(G=np.ones((2, 4)), X=np.ones((2, 3)), W=bad)
+    # strings in an array, a dict, ragged lists: NumPy's message named no argument
+    for bad, error in ((np.array([["a", "b"]] * 3), ValueError), ({"W": 1}, TypeError), ([[1.0], [2.0, 3.0]], ValueError)):
+        with pytest.raises(error, match="^W is not an array of numbers"):
+            d.function(G=np.ones((2, 4)), X=np.ones((2, 3)), W=bad)
+    with pytest.raises(ValueError, match="^the direction V is not an array of numbers"):
+        matcalc.hessian("sum(exp(x))", "x").hvp([["a"]], x=[1.0])
     h = matcalc.hessian("sum(exp(A@x))", "x")
     with pytest.raises(TypeError, match=r"hvp_x\(\) is missing the argument\(s\) x"):
         h.hvp(np.ones(3), A=np.ones((2, 3)))
