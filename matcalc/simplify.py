@@ -368,7 +368,8 @@ def _complementary_sigmoids(flat, shape):
     sig = [f.args[0] for t in flat for f in factors(t) if f.op == "sigmoid"]
     if len(sig) < 2:
         return None
-    pair = next((z for z in sig if _negated(z) in sig), None)
+    seen = set(sig)  # (a set: a sum of a deep nest's Hessian holds hundreds of σ)
+    pair = next((z for z in sig if _negated(z) in seen), None)
     if pair is None:
         return None
     z, minus = (pair, _negated(pair)) if pair.op != "mul" or pair.args[0].op != "const" else (
