@@ -43,7 +43,7 @@ HELPERS = {
 ''',
         "_over_norm": '''def _over_norm(a, n):
     # a / ‖x‖, and 0 where ‖x‖ = 0 (the least-norm subgradient there); no branch on a value
-    pos = n > 0
+    pos = n != 0  # (nan where ‖x‖ is nan)
     a = torch.as_tensor(a, dtype=n.dtype, device=n.device)  # (a may be a number: 1.0)
     return torch.where(pos, a / torch.where(pos, n, torch.ones_like(n)), torch.zeros_like(a))
 ''',
@@ -87,7 +87,7 @@ def _lu_det(lu):
 ''',
         "_over_norm": '''def _over_norm(a, n):
     # a / ‖x‖, and 0 where ‖x‖ = 0 (the least-norm subgradient there); no branch on a value
-    pos = n > 0
+    pos = n != 0  # (nan where ‖x‖ is nan)
     return jnp.where(pos, a / jnp.where(pos, n, 1.0), jnp.zeros_like(a))
 ''',
         "_lu": '''def _lu(a):
@@ -423,11 +423,24 @@ def framework_arguments(fname: str, kwargs: dict, params, user_shapes: dict, bac
     from .function import check_arguments, check_shapes
 
     kwargs = check_arguments(fname, kwargs, params)
+    for k, v in kwargs.items():
+        if _is_complex(v):  # (torch dropped the imaginary part; jax differentiated a complex function)
+            raise TypeError(f"{k} is complex; matcalc's functions take real numbers")
     flat = check_shapes(fname, kwargs, user_shapes)
     if backend == "torch":
         kwargs = torch_inputs(kwargs)
     given = {k: shape_of(kwargs[k]) for k in flat}
     return ({k: flatten(v) if k in given else v for k, v in kwargs.items()} if given else kwargs), given
+
+
+def _is_complex(v) -> bool:
+    import numpy as np
+
+    dtype = getattr(v, "dtype", None)
+    if dtype is None:
+        return isinstance(v, complex) or isinstance(v, (list, tuple)) and np.iscomplexobj(v)
+    flag = getattr(dtype, "is_complex", None)  # (a torch dtype)
+    return flag if isinstance(flag, bool) else np.dtype(dtype).kind == "c"
 
 
 def shape_of(v) -> tuple:
@@ -458,6 +471,8 @@ def from_numpy(kwargs: dict) -> dict:
             v = torch.from_numpy(np.asarray(v, dtype=float) if v.dtype.kind != "f" else v)
         elif isinstance(v, np.generic):
             v = float(v)
+        elif isinstance(v, torch.Tensor) and not v.is_floating_point():  # (integers: float64, as
+            v = v.to(torch.float64)  # NumPy's are; torch's default float32 rounds them from 2**24)
         out[k] = v
     return out
 

@@ -265,10 +265,7 @@ class GradientFunction:
                 raise TypeError(f"{name} is complex; matcalc's functions take real numbers")
             if value is None or isinstance(value, (str, bytes)):  # (asarray(None, float) is nan)
                 raise TypeError(f"{name} is {type(value).__name__}; matcalc's functions take numbers and arrays")
-            try:
-                arr = np.asarray(value, dtype=float)
-            except (ValueError, TypeError) as e:  # (strings in an array, a dict)
-                raise _not_numbers(name, e) from None
+            arr = as_floats(name, value)
             if len(shape) == 0:
                 if arr.size != 1:
                     raise ShapeError(f"{name} is a scalar, got an array of shape {arr.shape}")
@@ -360,6 +357,24 @@ class GradientFunction:
         return tuple(d if isinstance(d, int) else sizes[d] for d in self._out_shape)
 
 
-def _not_numbers(name, error):  # (also second_order's tangents)
+def as_floats(name, value):
+    """value as a float array, or an error that names it: strings ('1.5' too, which NumPy's
+    float conversion reads but no ufunc takes) and None (nan in that conversion) are refused."""
+    import numpy as np
+
+    try:
+        arr = np.asarray(value, dtype=float)
+    except (ValueError, TypeError) as e:  # (strings in an array, a dict)
+        raise _not_numbers(name, e) from None
+    if isinstance(value, (list, tuple)) or isinstance(value, np.ndarray) and value.dtype.kind in "USO":
+        raw = np.asarray(value, dtype=object).reshape(-1)  # (as costly as reading the list)
+        if isinstance(value, np.ndarray) and value.dtype.kind in "US" or any(
+                v is None or isinstance(v, (str, bytes, np.str_, np.bytes_)) for v in raw):
+            raise TypeError(f"{name} holds {'None' if any(v is None for v in raw) else 'text'}; "
+                            "matcalc's functions take numbers and arrays of numbers")
+    return arr
+
+
+def _not_numbers(name, error):
     """NumPy's error converting an argument to floats, with the argument's name."""
     return type(error)(f"{name} is not an array of numbers ({error}); matcalc's functions take numbers and arrays")

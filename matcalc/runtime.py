@@ -86,7 +86,7 @@ def _gelu(z):
 # helper: _over_norm
 def _over_norm(a, n):
     # a / ‖x‖, and 0 where ‖x‖ = 0: the least-norm subgradient of ‖x‖ there
-    return a / n if n > 0 else 0.0 * a
+    return 0.0 * a if n == 0 else a / n  # (nan where ‖x‖ is nan, as a / n)
 
 
 # helper: _norm2

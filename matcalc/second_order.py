@@ -507,13 +507,12 @@ class _LinearMap:
     def _tangent_array(self, V, values, shape_user, what):
         import numpy as np
 
-        from .function import _not_numbers
+        from .function import as_floats
 
         target = self._concrete(shape_user, values)
-        try:
-            arr = np.asarray(V, dtype=float)
-        except (ValueError, TypeError) as e:
-            raise _not_numbers(what, e) from None
+        if np.iscomplexobj(V):
+            raise TypeError(f"{what} is complex; matcalc's functions take real numbers")
+        arr = as_floats(what, V)
         if not target:
             if arr.size != 1:
                 raise ShapeError(f"{what} must be a scalar here, got an array of shape {arr.shape}")

@@ -548,3 +548,17 @@ def test_a_vector_given_as_a_column_or_row_to_a_framework_function(backend):
         np.testing.assert_allclose(np.asarray(g).ravel(), want, rtol=1e-12)
         _, grads = matcalc.value_and_grad("sum(exp(A@x))", wrt=["x", "A"]).callable(backend)(**fw)
         assert tuple(grads["x"].shape) == given.shape
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_complex_arguments_are_refused_and_integers_are_exact(backend):
+    # torch cast a complex tensor to its real part and an int64 one to float32 (2**24 + 1 rounded),
+    # jax returned complex "gradients"; NumPy's functions refuse complex and read integers exactly
+    lib = pytest.importorskip(backend)
+    xp = lib if backend == "torch" else pytest.importorskip("jax.numpy")
+    f = matcalc.derive("logsumexp(x)", "x").callable(backend)
+    with pytest.raises(TypeError, match="x is complex"):
+        f(x=xp.asarray([1 + 2j, 3.0]))
+    if backend == "torch":
+        got = f(x=lib.tensor([16777217, 16777216, 0]))
+        np.testing.assert_allclose(np.asarray(got), [1 / (1 + np.exp(-1)), 1 / (1 + np.e), 0.0], atol=1e-7)

@@ -200,3 +200,11 @@ def test_the_dense_jacobian_at_an_empty_matrix_is_empty(expr, shape):
     M = jac.matrix(**{k: v for k, v in args.items() if k in expr})
     out = jac.value_function(**{k: v for k, v in args.items() if k in expr})
     assert M.shape == (np.size(out), 0)
+
+
+def test_the_gradient_of_a_norm_is_nan_where_the_norm_is():
+    # a / ‖x‖ was taken as 0 wherever ‖x‖ > 0 failed, nan included: a gradient of zeros and one nan
+    X = np.array([[1.0, np.nan, 2.0], [2.0, 3.0, 4.0]])
+    assert np.isnan(matcalc.derive("norm2(X)", "X").function(X=X)).all()
+    assert np.isnan(matcalc.hessian("norm2(X)", "X").hvp(np.ones((2, 3)), X=X)).all()
+    np.testing.assert_array_equal(matcalc.derive("norm2(X)", "X").function(X=np.zeros((2, 3))), 0.0)

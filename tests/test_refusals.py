@@ -104,8 +104,14 @@ def test_function_rejects_inputs_of_the_wrong_shape():
     for bad, error in ((np.array([["a", "b"]] * 3), ValueError), ({"W": 1}, TypeError), ([[1.0], [2.0, 3.0]], ValueError)):
         with pytest.raises(error, match="^W is not an array of numbers"):
             d.function(G=np.ones((2, 4)), X=np.ones((2, 3)), W=bad)
+    for bad, what in ((np.array([["1", "2", "3"]] * 3), "text"), ([[1.0, None, 2.0]] * 3, "None")):  # ('1' read as 1.0,
+        with pytest.raises(TypeError, match=f"^W holds {what}"):  # None as nan, silently)
+            d.function(G=np.ones((2, 4)), X=np.ones((2, 3)), W=bad)
+    hess = matcalc.hessian("sum(exp(x))", "x")
     with pytest.raises(ValueError, match="^the direction V is not an array of numbers"):
-        matcalc.hessian("sum(exp(x))", "x").hvp([["a"]], x=[1.0])
+        hess.hvp([["a"]], x=[1.0])
+    with pytest.raises(TypeError, match="^the direction V is complex"):  # (its imaginary part was dropped)
+        hess.hvp([1j], x=[1.0])
     h = matcalc.hessian("sum(exp(A@x))", "x")
     with pytest.raises(TypeError, match=r"hvp_x\(\) is missing the argument\(s\) x"):
         h.hvp(np.ones(3), A=np.ones((2, 3)))
