@@ -471,8 +471,6 @@ def from_numpy(kwargs: dict) -> dict:
             v = torch.from_numpy(np.asarray(v, dtype=float) if v.dtype.kind != "f" else v)
         elif isinstance(v, np.generic):
             v = float(v)
-        elif isinstance(v, torch.Tensor) and not v.is_floating_point():  # (integers: float64, as
-            v = v.to(torch.float64)  # NumPy's are; torch's default float32 rounds them from 2**24)
         out[k] = v
     return out
 
@@ -485,12 +483,15 @@ def torch_inputs(kwargs: dict) -> dict:
 
 def common_float(kwargs: dict) -> dict:
     """For torch: floating tensors of several dtypes (float32 beside float64) all in the
-    widest, as NumPy and the torch callables promote them (torch's products refuse mixed ones)."""
+    widest, as NumPy and the torch callables promote them (torch's products refuse mixed ones),
+    and integer ones in that dtype."""
     import torch
 
     kinds = {v.dtype for v in kwargs.values() if isinstance(v, torch.Tensor) and v.is_floating_point()}
-    if len(kinds) < 2:
+    whole = any(isinstance(v, torch.Tensor) and not v.is_floating_point() for v in kwargs.values())
+    if len(kinds) < 2 and not whole:
         return kwargs
-    wide = max(kinds, key=lambda t: torch.finfo(t).bits)
-    return {k: v.to(wide) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
-            for k, v in kwargs.items()}
+    # integer tensors too: in float64 beside no floating ones, as NumPy reads them (torch's
+    # default float32 rounds them from 2**24 on)
+    wide = max(kinds, key=lambda t: torch.finfo(t).bits) if kinds else torch.float64
+    return {k: v.to(wide) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}

@@ -276,7 +276,7 @@ def evaluate_at(d, values: dict):
             return np.asarray(d.function(**{k: values[k] for k in params}), dtype=float)
     except np.linalg.LinAlgError as e:  # (a ValueError too)
         raise DeriveError(f"--at: the gradient of {d.expr} inverts or factorises a matrix (inv, solve, "
-                          f"det, logdet) that is singular at these values ({e})") from None
+                          "det, logdet) that is singular at these values") from None
     except (ShapeError, ValueError) as e:
         raise ShapeError(f"--at: {getattr(e, 'message', e)}") from None
 

@@ -324,9 +324,15 @@ class GradientFunction:
             else:
                 if all(kwargs[k1].shape[a1] == kwargs[k2].shape[a2] for k1, a1, k2, a2 in self._same_dims) \
                         and all(kwargs[k].shape[a] == d for k, a, d in self._fixed_dims):
-                    return self._f(**kwargs)
+                    try:
+                        return self._f(**kwargs)
+                    except self._np.linalg.LinAlgError as e:
+                        raise singular(self.name, e) from None
         kwargs = check_arguments(self.name, kwargs, self.params)
-        out = self._f(**self.convert(kwargs, checked=True))
+        try:
+            out = self._f(**self.convert(kwargs, checked=True))
+        except self._np.linalg.LinAlgError as e:
+            raise singular(self.name, e) from None
         if self.wrt is not None and self._out_shape is not None and len(self._out_shape) == 1 \
                 and self._np.ndim(kwargs[self.wrt]) == 2:  # a vector given as a column or row: so is its gradient
             return self._np.reshape(out, self._np.shape(kwargs[self.wrt]))
@@ -373,6 +379,12 @@ def as_floats(name, value):
             raise TypeError(f"{name} holds {'None' if any(v is None for v in raw) else 'text'}; "
                             "matcalc's functions take numbers and arrays of numbers")
     return arr
+
+
+def singular(name, error):
+    """NumPy's LinAlgError (a singular matrix) with what met it."""
+    return type(error)(f"{name}: a matrix it inverts or factorises (inv, solve, det, logdet) is singular at "
+                       f"these values ({error})")
 
 
 def _not_numbers(name, error):

@@ -573,7 +573,12 @@ class _LinearMap:
         values = check_arguments(self._fnames[key], values, self._gf.params)  # named as the product called
         conv = self._gf.convert(values, checked=True)
         t = self._tangent_array(V, values, in_shape, what)
-        out = self._fn(key)(t, **conv)
+        try:
+            out = self._fn(key)(t, **conv)
+        except np.linalg.LinAlgError as e:
+            from .function import singular
+
+            raise singular(self._fnames[key], e) from None
         target = self._concrete(out_shape, values)
         if not target:  # a number, or a (1,) / (1, 1) array if the argument was given as one
             return float(np.reshape(out, ())) if np.ndim(like) == 0 else np.reshape(out, np.shape(like)).astype(float)
@@ -1306,8 +1311,8 @@ def _matrix_at(r, values: dict):
         with np.errstate(all="ignore"):
             return np.asarray(r.matrix(**values), dtype=float)
     except np.linalg.LinAlgError as e:
-        raise DeriveError(f"--at: the {r.kind} inverts or factorises a matrix that is singular at these "
-                          f"values ({e})") from None
+        raise DeriveError(f"--at: the {r.kind} inverts or factorises a matrix (inv, solve, det, logdet) that "
+                          "is singular at these values") from None
     except (ShapeError, ValueError) as e:
         raise ShapeError(f"--at: {getattr(e, 'message', e)}") from None
 

@@ -117,3 +117,16 @@ def test_hessian_and_jacobian_at_given_values(capsys):
     np.testing.assert_allclose(got, np.exp(z)[:, None] * np.array(A), rtol=1e-12)  # Diag(e^z) A
     assert cli.run(["hessian", "x.T@B@x", "--wrt", "x", "--at", "x=[1,2]"]) == 2
     assert "--at gives no value for B" in capsys.readouterr().err
+
+
+def test_a_singular_matrix_in_the_api_says_what_met_it():
+    # NumPy's bare "Singular matrix" named neither the function nor what it inverts
+    import matcalc
+
+    X = np.diag([1.0, 2.0, 0.0])
+    calls = {"grad_X": lambda: matcalc.derive("logdet(X)", "X").function(X=X),
+             "hvp_X": lambda: matcalc.hessian("logdet(X)", "X").hvp(np.eye(3), X=X),
+             "vjp_X": lambda: matcalc.jacobian("inv(X)", "X").vjp(np.eye(3), X=X)}
+    for name, call in calls.items():
+        with pytest.raises(np.linalg.LinAlgError, match=f"^{name}: a matrix it inverts or factorises"):
+            call()

@@ -494,7 +494,9 @@ def test_torch_scalars_and_new_arrays_take_the_float_dtype_of_the_arguments():
     g = matcalc.derive("sum(alpha*k*x)", wrt="x").callable("torch")(alpha=0.1, k=k, x=x)
     assert g.dtype == torch.float64 and torch.equal(g, 0.1 * k.double())
     g = matcalc.derive("0.5*sum(x)", wrt="x").callable("torch")(x=torch.arange(3))
-    assert g.is_floating_point() and torch.allclose(g, torch.full((3,), 0.5))
+    assert g.dtype == torch.float64 and torch.equal(g, torch.full((3,), 0.5, dtype=torch.float64))
+    x32 = torch.tensor([.3, .7, 1.1], dtype=torch.float32)  # integers beside float32: float32, as torch promotes
+    assert matcalc.derive("sum(k*x)", wrt="x").callable("torch")(k=k, x=x32).dtype == torch.float32
 
 
 @pytest.mark.skipif("torch" not in INSTALLED, reason="torch not installed")
