@@ -565,6 +565,15 @@ class _Typer:
             return self.call(n, kid)
         raise ShapeError(f"unsupported construct {k}", self.source, n.start, n.end)  # pragma: no cover
 
+    def entrywise_hint(self, row) -> str:
+        """For a row met by a column: how to pair their entries one by one, as NumPy does with
+        two 1-D arrays (where its .T changes nothing and sum(X, 0) is 1-D too)."""
+        if row is None:
+            return ""
+        col = self.text(row.children[0]) if row.kind == "T" else f"{self.text(row)}.T"
+        return (f"; NumPy's 1-D arrays pair entry by entry (.T of one changes nothing): for that write "
+                f"{col} in place of {self.text(row)}")
+
     def note(self, node: Node, message: str):
         from .errors import NotationWarning
 
@@ -592,10 +601,17 @@ class _Typer:
             return True  # 1@r, u@1.T: a vector spread over a matrix (as gradients print one), to meet it entrywise
         if node.kind == "add":
             return any(self._entrywise_value(c) for c in node.children)
+        if node.kind == "pow":  # (A - B)**2: an entrywise power, as a weight's W*(x@1.T - 1@x.T)**2
+            return True
         if node.kind != "call":
             return False
         op = _USER.get(ALIASES.get(node.value, node.value))
         return op is not None and (op.elementwise or op.name == "softmax")
+
+    def _declared_mask(self, mask, other) -> bool:
+        """A declared matrix times an expression (M*(Y - U@V.T), a mask or weights): its shape
+        was given, so the product meets the expression entry by entry as written."""
+        return mask.kind == "name" and mask.value in self.declared and other.kind != "name"
 
     def hadamard(self, n, kid):
         """a * b: entry by entry.  Where the two are a matrix and a matrix (or vector) whose
@@ -605,7 +621,8 @@ class _Typer:
         spelled = self.source[a.end:b.start].strip()
         suspicious = (spelled == "*" and not self.is_scalar(sa) and not self.is_scalar(sb)
                       and (self.is_matrix(sa) or self.is_matrix(sb)) and self._could_matmul(sa, sb)
-                      and not (self._entrywise_value(a) or self._entrywise_value(b)))
+                      and not (self._entrywise_value(a) or self._entrywise_value(b))
+                      and not self._declared_mask(a, b) and not self._declared_mask(b, a))
         before = dict(self.parent)
         try:
             out = self.broadcast(n, n.children, kid, "multiply")
@@ -696,6 +713,7 @@ class _Typer:
                     self.note(c, f"{self.text(n)} adds the number {c.value} to every entry{hint}")
         first_node, first = arrays[0]
         out = first
+        outer = False  # a column met a row (noted as such: no note on the column's spread too)
         for c, s in arrays[1:]:
             if self.unify_all((out[0], s[0]), (out[1], s[1])):
                 continue
@@ -709,13 +727,19 @@ class _Typer:
                     continue
             if {ko, ks} == {"row", "col"}:  # a column and a row: every pair, n×m, as NumPy's (n, 1) - (1, m)
                 out = (out[0], s[1]) if ko == "col" else (s[0], out[1])
+                outer = True
                 self.note(n, f"{self.text(n)} combines a column and a row: every pair of their entries, "
-                             f"a matrix {self.show(out)}, as NumPy broadcasts a column against a row")
+                             f"a matrix {self.show(out)}, as NumPy does with an (n, 1) and a (1, m) array"
+                          + self.entrywise_hint(c if ks == "row" else first_node if len(arrays) == 2 else None))
                 continue
             hint = self.default_vector_hint(first_node, c)
             if not hint and (ko is None) != (ks is None):
+                vec, vs, ms = (c, s, out) if ko is None else (first_node, out, s)
                 hint = (" (a 1×m row vector broadcasts over the rows of a matrix with m columns, an "
-                        "n×1 column vector over the columns of a matrix with n rows)")
+                        "n×1 column vector over the columns of a matrix with n rows"
+                        + (f"; to add {self.text(vec)} to every row, as NumPy does with a 1-D array, write "
+                           f"{self.text(vec)}.T" if self.vector_kind(vs) == "col" and vec.kind == "name"
+                           and self.find(vs[0]) == self.find(ms[1]) else "") + ")")
             self.fail(n, f"cannot {verb} {self.text(first_node)} ({self.show(first)}) and "
                          f"{self.text(c)} ({self.show(s)}) in {self.text(n)}: the shapes differ{hint}")
         for c, s in arrays:
@@ -724,22 +748,29 @@ class _Typer:
                 self.bcast[id(c)] = ("rows", out[0])
             elif k == "col" and self.find(out[1]) != 1:
                 self.bcast[id(c)] = ("cols", out[1])
-                self.column_note(n, c, out)
+                if not outer:
+                    self.column_note(n, c, out)
         return out
 
     numpy_rows = True  # a 1-D array broadcasts over the rows in this syntax's model (NumPy)
 
     def column_note(self, n, c, out):
         """Where an undeclared vector (a column by its lower-case name) is spread over a
-        matrix's columns, what NumPy does instead (it spreads a 1-D array over the rows: the
-        bias of X@W + b): the note api gives if the vector's gradient is 0 everywhere."""
+        matrix's columns, a note on what NumPy does instead with the 1-D array the function
+        takes (it spreads it over the rows: the bias of X@W + b, silently so where the matrix
+        is square), on the first such vector only; api says more if the vector's gradient is 0
+        everywhere.  A declared vector means the column."""
         if not self.numpy_rows or c.kind != "name" or c.value in self.declared or c.value in self.spread:
             return
-        self.spread[c.value] = (
-            f"{c.value} is a column (as lower-case names are), so {self.text(n)} pairs its entries with the "
-            f"rows of the {self.show(out)} matrix, one per row; NumPy spreads a 1-D {c.value} over the rows "
-            f"instead, one entry per column: for that write {c.value}.T (or declare {c.value} a row: "
-            f"shapes={{'{c.value}': (1, 'k')}}, --shape {c.value}=1,k)", c.start, c.end)
+        b = c.value
+        message = (f"{b} is a column (as lower-case names are), so {self.text(n)} pairs its entries with the "
+                   f"rows of the {self.show(out)} matrix, one per row; NumPy spreads a 1-D {b} over the rows "
+                   f"instead, one entry per column: for that write {b}.T (or declare {b} a row: "
+                   f"shapes={{'{b}': (1, 'k')}}, --shape {b}=1,k); declaring {b} a vector keeps the column "
+                   "without this note")
+        if not self.spread:  # (one note: a GRU's three gates would make three)
+            self.note(n, message + "; the same holds for every vector spread so here")
+        self.spread[b] = (message, c.start, c.end)
 
     def expand(self, node: Node, e: ir.Expr) -> ir.Expr:
         """A broadcast operand as an array of the full shape: 1@r (every row r) or c@1ᵀ."""

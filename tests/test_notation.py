@@ -166,17 +166,32 @@ def test_norm_is_the_2_norm_and_frobenius_as_numpys_default():
     np.testing.assert_allclose(g, (x - a) / np.linalg.norm(x - a), rtol=1e-12)
 
 
-def test_a_zero_gradient_of_a_vector_spread_over_columns_says_what_numpy_does():
-    # X@W + b with b undeclared: a column, one entry per row of X@W (per sample), which
-    # softmax(·, 1) ignores, so ∂λ/∂b = 0 without a word; NumPy adds a 1-D b to each row
-    with pytest.warns(NotationWarning, match=r"∂λ/∂b is 0 everywhere: b is a column .* NumPy spreads a 1-D b "
-                                             r"over the rows .* write b\.T"):
+def test_a_vector_spread_over_columns_says_what_numpy_does():
+    # X@W + b with b undeclared: a column, one entry per row of X@W (per sample), where NumPy
+    # adds a 1-D b to each row: silently different numbers where X@W is square
+    with pytest.warns(NotationWarning, match=r"b is a column .* NumPy spreads a 1-D b over the rows .* "
+                                             r"write b\.T") as caught:
         d = matcalc.derive("-sum(Y*log(softmax(X@W + b, 1)))", "b")
-    assert d.text == "0"
-    with warnings.catch_warnings():  # the layer W@X + b of the column convention: no note
+    assert d.text == "0"  # softmax(·, 1) ignores a per-row constant: said so too
+    assert any("∂λ/∂b is 0 everywhere" in str(w.message) for w in caught)
+    with pytest.warns(NotationWarning, match=r"b is a column"):
+        matcalc.derive("sum((X@W + b)**2)", "W")
+    with warnings.catch_warnings():  # a declared vector, or b.T: what was written is what was meant
         warnings.simplefilter("error", NotationWarning)
-        matcalc.derive("sum(tanh(W@X + b))", "b")
+        matcalc.derive("sum(tanh(W@X + b))", "b", shapes={"b": ("m",)})
         matcalc.derive("-sum(Y*log(softmax(X@W + b.T, 1)))", "b")
+    # a declared vector the length of the columns is refused, with NumPy's reading to write
+    with pytest.raises(matcalc.MatcalcError, match=r"to add b to every row, as NumPy does with a 1-D array, "
+                                                   r"write b\.T"):
+        matcalc.derive("sum((X@W + b)**2)", "W", shapes={"X": ("n", "d"), "W": ("d", "m"), "b": ("m",)})
+
+
+def test_a_column_met_by_a_row_says_how_numpy_pairs_1d_arrays():
+    # x.T*y and mean(X, 0) - u make matrices; with 1-D arrays NumPy pairs the entries
+    with pytest.warns(NotationWarning, match=r"every pair of their entries.*write x in place of x\.T"):
+        matcalc.derive("sum(x.T*y)", "x")
+    with pytest.warns(NotationWarning, match=r"write mean\(X, 0\)\.T in place of mean\(X, 0\)"):
+        matcalc.derive("sum((mean(X, 0) - u)**2)", "X")
 
 
 def test_a_gate_defined_by_an_entrywise_function_is_no_suspicious_hadamard_factor():
@@ -185,7 +200,8 @@ def test_a_gate_defined_by_an_entrywise_function_is_no_suspicious_hadamard_facto
     defs = {"z": "sigmoid(Wz@X + Uz@H + bz)", "r": "sigmoid(Wr@X + Ur@H + br)", "hh": "tanh(Wh@X + Uh@(r*H) + bh)"}
     with warnings.catch_warnings():
         warnings.simplefilter("error", NotationWarning)
-        matcalc.derive("G:((1 - z)*H + z*hh)", "Wz", definitions=defs)
+        matcalc.derive("G:((1 - z)*H + z*hh)", "Wz", definitions=defs,
+                       shapes={"bz": ("h",), "br": ("h",), "bh": ("h",)})  # (undeclared: a note on NumPy's bias)
     with pytest.warns(NotationWarning, match="for a matrix product write A@B"):
         matcalc.derive("sum(A*B)", "A")
 
@@ -218,3 +234,15 @@ def test_a_vector_times_a_matrix_entrywise_says_what_it_does_and_ell_is_noted():
     # a length scale ell left undeclared is a vector spread over D's columns
     with pytest.warns(NotationWarning, match="ell is a vector by the spelling of its name"):
         matcalc.derive("y.T@exp(-D/(2*ell**2))@y", wrt="D")
+
+
+def test_a_declared_mask_or_an_entrywise_power_is_no_suspicious_hadamard_factor():
+    # masked factorisation, implicit-feedback weights, a graph's Dirichlet energy: "for a
+    # matrix product write M@(Y - U@V.T)" on the loss as it is always written
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NotationWarning)
+        matcalc.derive("norm2(M*(Y - U@V.T))**2", "V", shapes={"M": ("n", "m")})
+        matcalc.derive("sum(C*(P - U@V.T)**2)", "U")
+        matcalc.derive("sum(W*(x@1.T - 1@x.T)**2)", "x", shapes={"W": ("n", "n")})
+    with pytest.warns(NotationWarning, match="for a matrix product write X@W"):  # two plain names keep it
+        matcalc.derive("sum(X*W)", "W", shapes={"X": ("n", "m")})
