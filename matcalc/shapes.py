@@ -916,6 +916,8 @@ class _Typer:
         else:
             for p, arg in zip(op.params, n.children[op.nargs:]):
                 attr = self.integer(arg, f"the {p} of {n.value}")
+            if attr == -1 and "axis" in op.params and self.vector_kind(kid[0]) == "col":
+                attr = 0  # a vector's last axis, as NumPy's of a 1-D array: its only one, down the column
         self.attrs[id(n)] = attr
         return op.shape(_CallUnifier(self, n, name, kid), kid[:op.nargs], attr)
 

@@ -185,3 +185,20 @@ def test_a_column_and_a_row_broadcast_to_every_pair(expr, lam):
         matcalc.derive("sum(x + y.T)", "x")
     d = matcalc.derive("sum(c*r)", "r", shapes={"c": ("n", 1), "r": (1, "m")})
     np.testing.assert_allclose(d.function(c=x[:, None], r=y[None, :]), np.full((1, 4), x.sum()))
+
+
+@pytest.mark.parametrize("expr,numpy_value", [
+    ("sum(u, -1)", lambda u, y: np.sum(u, -1)),
+    ("mean(u, -1)", lambda u, y: np.mean(u, -1)),
+    ("logsumexp(u, -1)", lambda u, y: np.log(np.sum(np.exp(u), -1))),
+    ("softmax(u, -1):y", lambda u, y: np.exp(u) @ y / np.sum(np.exp(u))),
+])
+def test_the_last_axis_of_a_vector_is_its_only_one_as_in_numpy(expr, numpy_value):
+    # a column's axis -1 (its columns, of length 1) gave "λ must be a scalar" or a refusal
+    u, y = np.array([0.3, -1.2, 2.0, 0.5]), np.array([1.0, 2.0, 3.0, 4.0])
+    args = {"u": u, "y": y} if "y" in expr else {"u": u}
+    value, grads = matcalc.value_and_grad(expr, wrt=["u"]).function(**args)
+    assert value == pytest.approx(numpy_value(u, y), rel=1e-13)
+    h, E = 1e-6, np.eye(4)
+    fd = [(numpy_value(u + h * E[i], y) - numpy_value(u - h * E[i], y)) / (2 * h) for i in range(4)]
+    np.testing.assert_allclose(grads["u"], fd, atol=1e-8)
