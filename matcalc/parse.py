@@ -124,6 +124,9 @@ def parse(source: str, syntax: str = "matcalc") -> Node:
         msg = f"unexpected {_describe_token(tok)}"
         if str(tok) == ":" and source[:pos].rstrip().endswith("(") and source[pos + 1:].lstrip().startswith(")"):
             msg += " (X(:), every entry of X in one column, is vec(X); matcalc has no indexing)"
+        elif str(tok) == "," and re.search(r"(\w\s*\(|,)\s*\([^()]*$", source[:pos]):  # ones((5, 3))
+            msg += (" (a tuple: matcalc takes sizes and an axis as plain arguments, ones(5, 3), sum(X, 0); "
+                    "sum(X) sums every entry)")
         elif tok.type == "RPAR":
             msg += " (unbalanced parentheses, or an operand is missing)"
         elif tok.type in ("NAME", "NUMBER", "LPAR"):
@@ -241,6 +244,8 @@ def _character_hint(source: str, pos: int, ch: str) -> str:
     if ch == ":" and before.endswith("(") and source[pos + 1:].lstrip().startswith(")"):
         return " (X(:), every entry of X in one column, is vec(X); matcalc has no indexing)"
     if ch == "[":
+        if re.match(r"\[\s*(:\s*,\s*None|None\s*,\s*:)\s*\]", source[pos:]):  # x[:, None], x[None, :]
+            return " (matcalc has no indexing: a vector is a column already, and x[None, :] is x.T)"
         return " (matcalc has no indexing: it works with whole arrays; use parentheses for grouping)"
     if ch in "]{}":
         return " (use parentheses for grouping)"
@@ -277,6 +282,45 @@ _SYMBOL_HINTS = {
 _SUPERSCRIPTS = "²³¹⁰ⁱ⁴⁵⁶⁷⁸⁹⁺⁻⁼⁽⁾ⁿ"
 _MODULES = ("np", "numpy", "jnp", "torch", "math", "tf", "sp", "scipy", "F")
 # a module's function names that matcalc spells differently (np.linalg.norm is norm2)
+# functions users know by other names, and how matcalc writes them
+SPELLED = {"solve": "write inv(A)@B: matcalc computes it as a solve", "log_softmax":
+            "write log(softmax(z)), which matcalc computes as z - logsumexp(z)", "logsoftmax":
+            "write log(softmax(z)), which matcalc computes as z - logsumexp(z)", "outer": "write x@y.T",
+            "dot": "write x.T@y or x:y", "trace": "write tr(A)", "transpose": "write A.T",
+            "maximum": "write relu(x - y) + y", "square": "write x**2",
+            "norm": "norm(x) is the 2-norm, Frobenius for a matrix (np.linalg.norm's default); "
+                    "for norm(x, 1) write norm1(x), for norm(x, 2) of a vector norm(x)",
+            "max": "max(0, z) is relu(z), max(x, y) is relu(x - y) + y",
+            "min": "min(0, z) is -relu(-z), min(x, y) is x - relu(x - y)",
+            "minimum": "write x - relu(x - y)", "pow": "write x**k", "power": "write x**k",
+            "inner": "write x.T@y or x:y", "matmul": "write A@B", "var": "write mean((x - mean(x))**2)",
+            "σ": "write sigmoid(z)", "cross_entropy": "write -y:log(softmax(z))", "clip": "matcalc has "
+            "no clip; relu(x) clips at 0", "eye": "the identity is I (or eye), without a size: it takes "
+            "its size from what it meets (I + X@X.T, W@I)", "identity": "the identity is I, sized by what it meets",
+            "zeros": "write 0 (beside +, - or : it takes the other side's shape), or 0*ones(rows, cols)",
+            "expm": "matcalc has no matrix exponential; exp(X) is entry by entry",
+            "logm": "matcalc has no matrix logarithm; log(X) is entry by entry (logdet(X) = tr(logm(X)))",
+            "sqrtm": "matcalc has no matrix square root; sqrt(X) is entry by entry",
+            "log10": "write log(x)/log(10)", "log2": "write log(x)/log(2)",
+            "leaky_relu": "write relu(z) - a*relu(-z)",
+            "std": "write sqrt(mean((x - mean(x))**2))",
+            **dict.fromkeys(("ndtr", "normcdf", "norm_cdf", "Phi", "Φ"), "the normal CDF Φ(z) is 0.5*erfc(-z/sqrt(2)); "
+                            "log(0.5*erfc(-z/sqrt(2))) is computed stably, as logerfc"),
+            "log_ndtr": "log Φ(z) is log(0.5*erfc(-z/sqrt(2))), computed stably, as logerfc",
+            **dict.fromkeys(("lgamma", "gammaln", "digamma", "gamma", "loggamma"), "matcalc has no gamma "
+                            "functions"), "numel": "write size(X, 0)*size(X, 1)",
+            "length": "write size(x, 0)", "elu": "matcalc has no elu; relu, softplus, gelu and silu are built in",
+            "expit": "write sigmoid(z)", "len": "write size(x, 0)", "heaviside": "write step(x)",
+            "logaddexp": "logaddexp(0, x) is softplus(x); logaddexp(a, b) is a + softplus(b - a)",
+            "where": "matcalc has no where; step(x) is 1 where x > 0, so step(x)*a + (1 - step(x))*b",
+            "exp2": "write exp(x*log(2))", "cbrt": "write x**(1/3)", "reciprocal": "write 1/x",
+            "absolute": "write abs(x)", "vdot": "write x:y", "ones_like": "write 1 (it takes the other side's shape)",
+            "prod": "matcalc has no product of entries; for positive x write exp(sum(log(x)))",
+            **dict.fromkeys(("amax", "nanmax", "argmax"), "matcalc has no largest entry; logsumexp(x) is a "
+                            "smooth maximum"),
+            **dict.fromkeys(("einsum", "tensordot"), "matcalc has no einsum: write the products with @, * and "
+                            "sum(X, axis)")}
+
 _MODULE_NAMES = {"norm": "norm2", "trace": "tr", "slogdet": "logdet", "expit": "sigmoid",
                  "matmul": "@", "dot": "@", "transpose": ".T", "log_softmax": "log(softmax(...))"}
 
@@ -296,6 +340,9 @@ def _dot_hint(source: str, pos: int) -> str:
         chain = re.match(r"[\w.]*", source[j:]).group(0)  # np.linalg.det: the last part is the function
         prefix, _, name = chain.rpartition(".")
         spelled = _MODULE_NAMES.get(name)
+        if not spelled and name and not _known_function(name):  # np.where: not matcalc's either
+            how = SPELLED.get(name)
+            return f" ({chain}: {how})" if how else f" ({chain} has no matcalc counterpart)"
         if spelled and not spelled[0].isalpha():
             return f" (write {spelled} for {chain}, without the {prefix}. prefix)"
         return f" (write {spelled or name or 'the function'}(...) without the {prefix}. prefix)"
@@ -306,6 +353,13 @@ def _dot_hint(source: str, pos: int) -> str:
     if method and (j < pos or source[:pos].rstrip().endswith(")")):
         return f" ({(source[j:k] if j < pos else '(...).' + source[pos + 1:k])} is NumPy's; in matcalc {method})"
     return ""
+
+
+
+def _known_function(name: str) -> bool:
+    from .ops import user_functions  # (the registry: a hint only, read when one is needed)
+
+    return name in user_functions()
 
 
 # NumPy spellings after a '.': what matcalc writes instead

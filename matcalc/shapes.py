@@ -18,7 +18,7 @@ from typing import Callable
 
 from . import ir, ops
 from .errors import DeriveError, ParseError, ShapeError
-from .parse import Node
+from .parse import SPELLED as _SPELLED, Node
 
 GREEK = {"alpha", "beta", "gamma", "delta", "epsilon", "varepsilon", "zeta", "eta", "theta",
          "vartheta", "iota", "kappa", "varkappa", "lambda", "mu", "nu", "xi", "omicron", "pi", "varpi", "rho",
@@ -47,34 +47,6 @@ _USER = ops.user_functions()
 FUNCTIONS = set(_USER)
 ALIASES = {alias: op.name for alias, op in _USER.items() if alias != op.name}
 IDENTITY_NAMES = ("I", "eye")
-# functions users know by other names, and how matcalc writes them
-_SPELLED = {"solve": "write inv(A)@B: matcalc computes it as a solve", "log_softmax":
-            "write log(softmax(z)), which matcalc computes as z - logsumexp(z)", "logsoftmax":
-            "write log(softmax(z)), which matcalc computes as z - logsumexp(z)", "outer": "write x@y.T",
-            "dot": "write x.T@y or x:y", "trace": "write tr(A)", "transpose": "write A.T",
-            "maximum": "write relu(x - y) + y", "square": "write x**2",
-            "norm": "norm(x) is the 2-norm, Frobenius for a matrix (np.linalg.norm's default); "
-                    "for norm(x, 1) write norm1(x), for norm(x, 2) of a vector norm(x)",
-            "max": "max(0, z) is relu(z), max(x, y) is relu(x - y) + y",
-            "min": "min(0, z) is -relu(-z), min(x, y) is x - relu(x - y)",
-            "minimum": "write x - relu(x - y)", "pow": "write x**k", "power": "write x**k",
-            "inner": "write x.T@y or x:y", "matmul": "write A@B", "var": "write mean((x - mean(x))**2)",
-            "σ": "write sigmoid(z)", "cross_entropy": "write -y:log(softmax(z))", "clip": "matcalc has "
-            "no clip; relu(x) clips at 0", "eye": "the identity is I (or eye), without a size: it takes "
-            "its size from what it meets (I + X@X.T, W@I)", "identity": "the identity is I, sized by what it meets",
-            "zeros": "write 0 (beside +, - or : it takes the other side's shape), or 0*ones(rows, cols)",
-            "expm": "matcalc has no matrix exponential; exp(X) is entry by entry",
-            "logm": "matcalc has no matrix logarithm; log(X) is entry by entry (logdet(X) = tr(logm(X)))",
-            "sqrtm": "matcalc has no matrix square root; sqrt(X) is entry by entry",
-            "log10": "write log(x)/log(10)", "log2": "write log(x)/log(2)",
-            "leaky_relu": "write relu(z) - a*relu(-z)",
-            "std": "write sqrt(mean((x - mean(x))**2))",
-            **dict.fromkeys(("ndtr", "normcdf", "norm_cdf", "Phi", "Φ"), "the normal CDF Φ(z) is 0.5*erfc(-z/sqrt(2)); "
-                            "log(0.5*erfc(-z/sqrt(2))) is computed stably, as logerfc"),
-            "log_ndtr": "log Φ(z) is log(0.5*erfc(-z/sqrt(2))), computed stably, as logerfc",
-            **dict.fromkeys(("lgamma", "gammaln", "digamma", "gamma", "loggamma"), "matcalc has no gamma "
-                            "functions"), "numel": "write size(X, 0)*size(X, 1)",
-            "length": "write size(x, 0)", "elu": "matcalc has no elu; relu, softplus, gelu and silu are built in"}
 
 def _is_name(s: str) -> bool:
     """A name as the grammar reads one (n, d_in, λ; not ³, ① or xᵀ): dimensions and definitions."""
@@ -135,6 +107,9 @@ def parse_declaration(name: str, spec) -> tuple:
         spec = [p.strip() for p in s.strip("()").split(",") if p.strip()]
     if isinstance(spec, numbers.Integral) and not isinstance(spec, bool):  # (NumPy's integers too)
         spec = (spec,)
+    if hasattr(spec, "shape") and hasattr(spec, "dtype"):  # (the array itself, not its shape)
+        raise ShapeError(f"the shape of {name} is given as an array: give its shape ({name}.shape) or dimension "
+                         f"names, shapes={{'{name}': ('n', 'm')}}")
     try:
         spec = tuple(spec)
     except TypeError:
@@ -557,6 +532,8 @@ class _Typer:
                 hint = ""
                 if base.kind == "name" and base.value == "e" and "e" not in self.declared:
                     hint = f" (for the exponential write exp({self.text(ex)}))"
+                elif base.kind == "num" and base.value > 0:  # 2**x: NumPy's power of each entry
+                    hint = f" (for {self.text(base)} to the power of each entry write exp({self.text(ex)}*log({self.text(base)})))"
                 self.fail(n.children[1], f"the exponent {self.text(n.children[1])} must be a scalar, "
                                          f"it is {self.describe(kid[1])}{hint}")
             self.power_notes(n, kid)

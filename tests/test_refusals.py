@@ -44,6 +44,17 @@ REFUSED = [
     ("sum(X) + size(X, 2)", "X", ShapeError, ["size takes axis 0", "not 2"], 18),
     ("sum(X) + size(X, -3)", "X", ShapeError, ["size takes axis 0", "not -3"], 18),
     ("sum(X) + size(X, -1)", "X", None, [], None),  # fine: the last axis, as NumPy's
+    # NumPy spellings with no matcalc function of their name: what to write, not "drop np."
+    ("sum(np.where(x > 0, x, 0))", "x", ParseError, ["np.where", "step(x)"], 7),
+    ("sum(np.logaddexp(0, x))", "x", ParseError, ["np.logaddexp", "softplus(x)"], 7),
+    ("sum(np.square(x))", "x", ParseError, ["np.square: write x**2"], 7),
+    ("sum(np.foo(x))", "x", ParseError, ["np.foo has no matcalc counterpart"], 7),
+    ("sum(expit(x))", "x", ParseError, ["sigmoid(z)"], 5),
+    ("len(x)*sum(x)", "x", ParseError, ["size(x, 0)"], 1),
+    ("sum(2**x)", "x", ShapeError, ["exp(x*log(2))"], 8),
+    ("sum(x[:, None]*y)", "x", ParseError, ["a vector is a column already", "x[None, :] is x.T"], 6),
+    ("sum(ones((5, 3)))", "x", ParseError, ["a tuple", "ones(5, 3)"], 12),
+    ("sum(X, (0, 1))", "X", ParseError, ["a tuple", "sum(X) sums every entry"], 10),
 ]
 
 
@@ -95,6 +106,8 @@ def test_function_rejects_inputs_of_the_wrong_shape():
     with pytest.raises(ShapeError, match=r"X has shape \(4, 3\), but its declared shape is \(3, 3\)"):
         matcalc.derive("sum(X@W)", "W", shapes={"X": (3, 3), "W": (3, 2)}).function(
             X=np.ones((4, 3)), W=np.ones((3, 2)))
+    with pytest.raises(ShapeError, match=r"the shape of W is given as an array: give its shape \(W.shape\)"):
+        matcalc.derive("sum(W@x)", "W", shapes={"W": np.ones((2, 3))})
     with pytest.raises(TypeError, match="X is complex"):  # not its real part, silently
         d.function(G=np.ones((2, 4)), X=np.ones((2, 3)) * (1 + 1j), W=np.ones((3, 4)))
     for bad in (None, "1.0"):  # None gave an array of nan, silently
