@@ -526,9 +526,10 @@ def _scalar_hint(expr, typed, shapes, definitions, syntax, symmetric, wrt=()) ->
         for dims in (["m", "n", "k", "p", "q", "r", "s"], ["n"] * 7):  # (a'*inv(X)*b: one length)
             declared = {name: (d,) for name, d in zip(numbers, dims)}
             if numbers and len(numbers) <= len(dims) and scalar_with({**shapes, **declared}):
-                return (f"; in the MATLAB syntax a–g are numbers, as on matrixcalculus.org: declared vectors "
-                        f"({', '.join(f'--shape {n}={d[0]}' for n, d in declared.items())}), "
-                        f"{', '.join(numbers)} make λ a scalar")
+                return (f"; in the MATLAB syntax a–g are numbers, as on matrixcalculus.org: declare "
+                        f"{', '.join(numbers)} {'a vector' if len(numbers) == 1 else 'vectors'} "
+                        f"({', '.join(f'--shape {n}={d[0]}' for n, d in declared.items())}; "
+                        f"shapes={{{', '.join(f'{n!r}: {d!r}' for n, d in declared.items())}}}) to make λ a scalar")
     at = _at_for_star(expr, lambda text: _scalar_text(text, shapes, definitions, syntax, symmetric), start) \
         if syntax == "matcalc" and ("'" not in expr or "@" in expr) else None
     if at is not None:  # x.T*A*x: x.T@A@x meant

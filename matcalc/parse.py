@@ -112,6 +112,11 @@ def parse(source: str, syntax: str = "matcalc") -> Node:
     except lark.exceptions.UnexpectedCharacters as e:
         ch = source[e.pos_in_stream] if e.pos_in_stream < len(source) else ""
         hint = _character_hint(source, e.pos_in_stream, ch)
+        if syntax == "matlab" and ch == "@":
+            hint = (" (@ is the matrix product in matcalc's syntax; in the MATLAB syntax it is *, and .* is the "
+                    "entrywise product)")
+        elif syntax == "matlab" and source[e.pos_in_stream:e.pos_in_stream + 2] == ".T":
+            hint = " (.T is the transpose in matcalc's syntax; in the MATLAB syntax it is X')"
         raise ParseError(f"unexpected character {ch!r}{hint}", source, e.pos_in_stream,
                          e.pos_in_stream + 1) from None
     except lark.exceptions.UnexpectedToken as e:

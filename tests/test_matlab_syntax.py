@@ -224,3 +224,16 @@ def test_unicode_operators_in_matlab_syntax(expr, wrt, grad):
         X = rng.standard_normal((3, 4)) if "trace" not in expr else X
     args = {k: v for k, v in {"X": X, "Y": Y}.items() if k in d.function.params}
     np.testing.assert_allclose(d.function(**args), grad(X, Y), rtol=1e-12)
+
+
+def test_matcalc_s_operators_in_the_matlab_syntax_say_what_matlab_writes():
+    # a bare "unexpected character '@'" where the question mixed the two syntaxes
+    with pytest.raises(matcalc.ParseError, match=r"@ is the matrix product in matcalc's syntax; in the MATLAB "
+                                                 r"syntax it is \*"):
+        matcalc.derive("norm2(M.*(Y - U@V'))^2", "U", syntax="matlab")
+    with pytest.raises(matcalc.ParseError, match=r"\.T is the transpose in matcalc's syntax; in the MATLAB syntax "
+                                                 r"it is X'"):
+        matcalc.derive("norm2(M.*(Y - U*V.T))^2", "U", syntax="matlab")
+    with pytest.raises(matcalc.ShapeError, match=r"declare b a vector \(--shape b=m; shapes=\{'b': \('m',\)\}\) "
+                                                 r"to make λ a scalar"):
+        matcalc.derive("x'*A*x + b'*x", "x", syntax="matlab")
