@@ -400,7 +400,7 @@ def _common_denominator(flat, shape):
     when B is a sum; None when the terms have no such denominators, or no terms of the
     numerator cancel (then the quotients read better apart), or nothing gets shorter."""
     parts, others = [], []  # (coefficient, numerator, exponent of B in the denominator); the rest
-    base = None
+    base, root = None, False
     for t in flat:
         c, core = split_coeff(t)
         if core is None or core.op != "div":
@@ -413,6 +413,7 @@ def _common_denominator(flat, shape):
             others.append(t)
             continue
         parts.append((c, core.args[0], k))
+        root = root or _exponents([core.args[1]], {})[1] != set()
     if base is None or len({k for _, _, k in parts}) < 2 or len(parts) > 8:
         return None
     top = max(k for _, _, k in parts)
@@ -431,7 +432,7 @@ def _common_denominator(flat, shape):
     kept = len(numerator.args) if numerator.op == "add" else 1
     if kept >= len(terms) or kept > len(parts):  # no terms cancelled: the denominators stay apart
         return None
-    out = s_div(numerator, _power(base, top))
+    out = s_div(numerator, _power(base, top, root))
     if others:
         out = _s_add(others + [out])
     if out.shape != shape or ir.tree_size(out) >= ir.tree_size(Expr("add", tuple(flat), None, shape)):
@@ -1002,25 +1003,17 @@ def _cancel_quotient(c, rest, denominators):
             else:
                 dens.append(f)
 
-    same: dict = {}  # a base with its sums and products in any order -> the first written (β + α is α + β)
-
-    def powers(fs):
-        out: dict = {}
-        for f in fs:
-            base, k = _base_exponent(f)
-            base = same.setdefault(_order_free(base), base)
-            out[base] = out.get(base, 0.0) + k
-        return out
-
-    num, den = powers(rest), powers(dens)
+    same: dict = {}  # (β + α is α + β, above and below)
+    (num, roots), (den, roots_below) = _exponents(rest, same), _exponents(dens, same)
     common = [b for b in num if b in den]
     if not common:
         return c, rest, ([s_mul(*dens)] if dens else [])
+    roots |= roots_below
     for b in common:
         k = num[b] - den[b]
         num[b], den[b] = max(k, 0.0), max(-k, 0.0)
-    rest = [_power(b, k) for b, k in num.items() if k != 0.0]
-    dens = [_power(b, k) for b, k in den.items() if k != 0.0]
+    rest = [_power(b, k, b in roots) for b, k in num.items() if k != 0.0]
+    dens = [_power(b, k, b in roots) for b, k in den.items() if k != 0.0]
     return c, rest, ([s_mul(*dens)] if dens else [])
 
 
@@ -1063,9 +1056,10 @@ def _base_exponent(f: Expr):
     return f, 1.0
 
 
-def _power(b: Expr, k: float) -> Expr:
-    """b**k, an odd multiple of 1/2 as a power of sqrt(b): sqrt(b)**3, not b**1.5."""
-    if (2 * k) % 2 == 1:
+def _power(b: Expr, k: float, root: bool) -> Expr:
+    """b**k; with root (b was met as sqrt(b)), an odd multiple of 1/2 as a power of sqrt(b):
+    sqrt(b)**3, not b**1.5, where s = sqrt(u² + 1) is a name; det(S)**-0.5 stays so."""
+    if root and (2 * k) % 2 == 1:
         return s_pow(s_func("sqrt", b), const(2 * k))
     return s_pow(b, const(k))
 
@@ -1074,16 +1068,25 @@ def _collect_powers(fs):
     """x∘x = x**2, x**a∘x = x**(a + 1) with constant exponents."""
     if len(fs) < 2:
         return fs
-    exps: dict = {}
-    first: dict = {}  # a base's key -> the base as first written (x + y and y + x: one base)
-    for f in fs:
-        base, k = _base_exponent(f)
-        key = _order_free(base)
-        first.setdefault(key, base)
-        exps[key] = exps.get(key, 0.0) + k
+    exps, roots = _exponents(fs, {})
     if len(exps) == len(fs):
         return fs
-    return [_power(first[key], k) for key, k in exps.items()]
+    return [_power(b, k, b in roots) for b, k in exps.items()]
+
+
+def _exponents(fs, same: dict):
+    """({base: the sum of its exponents in the factors fs}, the bases met under a square root);
+    a base with its sums and products in any order is one (x + y and y + x): ``same`` maps
+    its order-free key to the base as first written."""
+    out: dict = {}
+    roots = set()
+    for f in fs:
+        base, k = _base_exponent(f)
+        base = same.setdefault(_order_free(base), base)
+        out[base] = out.get(base, 0.0) + k
+        if base is not f and (f.op == "sqrt" or f.args[0].op == "sqrt"):
+            roots.add(base)
+    return out, roots
 
 
 def s_pow(a: Expr, k: Expr) -> Expr:

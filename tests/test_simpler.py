@@ -846,3 +846,10 @@ def test_numbers_multiplied_to_a_few_roundings_off_a_fraction_are_it_but_a_typed
     d = matcalc.derive("(1.0000000000000002*x - x):y", "x")
     y = np.array([1.0, -2.0, 3.0])
     np.testing.assert_array_equal(d.function(x=np.zeros(3), y=y), 2.0 ** -52 * y)
+
+
+def test_a_half_power_is_a_root_only_where_the_expression_has_one():
+    # det(S)**-0.5 differentiated read -0.5*sqrt(det(S))**-1*inv(S).T; s = sqrt(u² + 1) keeps its root
+    assert matcalc.derive("det(S)**(-0.5)", "S").text == "-0.5*det(S)**-0.5*inv(S).T"
+    assert matcalc.derive("det(S)**(-1.5)", "S").text == "-1.5*det(S)**-1.5*inv(S).T"
+    assert matcalc.hessian("sum(sqrt(x*x + 1))", "x").text == "dx/sqrt(x**2 + 1)**3"
