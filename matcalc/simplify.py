@@ -200,6 +200,10 @@ def _s_add(terms) -> Expr:
                          else None, lambda num, d: s_div(num, d))
     items = _merge_terms(items, lambda core: "Diag" if core.op == "Diag" else None,
                          lambda arg, _: s_func("Diag", arg))
+    # A:C - B:C = (A - B):C, a common second side that is not a symbol (log(q):p - z:p, p = softmax(z),
+    # in a KL through softmax; C:Y + D:Y reads as well as (C + D):Y)
+    items = _merge_terms(items, lambda core: core.args[1] if core.op == "frob" and core.args[1].args else None,
+                         lambda arg, side: s_frob(arg, side))
     if not items:
         return const(total, shape)
     full = any(core.shape == shape for core, _ in items)

@@ -853,3 +853,18 @@ def test_a_half_power_is_a_root_only_where_the_expression_has_one():
     assert matcalc.derive("det(S)**(-0.5)", "S").text == "-0.5*det(S)**-0.5*inv(S).T"
     assert matcalc.derive("det(S)**(-1.5)", "S").text == "-1.5*det(S)**-1.5*inv(S).T"
     assert matcalc.hessian("sum(sqrt(x*x + 1))", "x").text == "dx/sqrt(x**2 + 1)**3"
+
+
+def test_frobenius_products_with_a_common_side_are_one():
+    # the KL divergence through a softmax read softmax(a)*(a + log(q):softmax(a) - log(q) - a:softmax(a))
+    d = matcalc.derive("sum(softmax(a)*(log(softmax(a)) - log(q)))", "a")
+    assert d.text.count(":") == 1
+    rng = np.random.default_rng(4)
+    a, q = rng.standard_normal(5), rng.dirichlet(np.ones(5))
+
+    def lam(a):
+        p = np.exp(a - a.max()) / np.exp(a - a.max()).sum()
+        return float(np.sum(p * (np.log(p) - np.log(q))))
+
+    fd = [(lam(a + 1e-6 * e) - lam(a - 1e-6 * e)) / 2e-6 for e in np.eye(5)]
+    np.testing.assert_allclose(d.function(a=a, q=q), fd, atol=1e-8)
