@@ -207,6 +207,7 @@ class _Typer:
         self.current = None           # the node being typed (for deferred refusals)
         self.notes: list = []         # NotationWarning: accepted, but probably not what was meant
         self.noted: dict = {}         # id(ast node) -> its note
+        self.outer: set = set()       # id(ast node) of a column met by a row: x - x.T, every pair
         self.bcast: dict = {}         # id(ast node) -> ("rows", n) | ("cols", m): broadcast operand
         self.def_ast: dict = {}       # a definition's name -> its parse tree, once typed
         self.def_ir: dict = {}        # a definition's name -> its IR, once built
@@ -542,12 +543,14 @@ class _Typer:
             return self.call(n, kid)
         raise ShapeError(f"unsupported construct {k}", self.source, n.start, n.end)  # pragma: no cover
 
-    def entrywise_hint(self, row) -> str:
+    def entrywise_hint(self, n, row) -> str:
         """For a row met by a column: how to pair their entries one by one, as NumPy does with
         two 1-D arrays (where its .T changes nothing and sum(X, 0) is 1-D too)."""
         if row is None:
             return ""
         col = self.text(row.children[0]) if row.kind == "T" else f"{self.text(row)}.T"
+        if self.text(n.children[0] if n.children[0] is not row else n.children[-1]) == col:
+            return ""  # x - x.T: x - x is 0, every pair is meant
         return (f"; NumPy's 1-D arrays pair entry by entry (.T of one changes nothing): for that write "
                 f"{col} in place of {self.text(row)}")
 
@@ -574,8 +577,12 @@ class _Typer:
         its value is meant entry by entry, never a factor of a matrix product."""
         if node.kind == "name" and node.value in self.def_ast:
             return self._entrywise_value(self.def_ast[node.value])
-        if node.kind == "mul" and node.value == "@" and any(c.kind == "num" and c.value == 1 for c in node.children):
+        if node.kind == "mul" and node.value == "@" and any(
+                (c.children[0] if c.kind == "T" else c).kind == "num" and (c.children[0] if c.kind == "T" else c).value
+                == 1 for c in node.children):
             return True  # 1@r, u@1.T: a vector spread over a matrix (as gradients print one), to meet it entrywise
+        if id(node) in self.outer:  # x - x.T: every pair of entries, to meet entrywise (weights of a graph)
+            return True
         if node.kind == "add":
             return any(self._entrywise_value(c) for c in node.children)
         if node.kind == "pow":  # (A - B)**2: an entrywise power, as a weight's W*(x@1.T - 1@x.T)**2
@@ -705,9 +712,10 @@ class _Typer:
             if {ko, ks} == {"row", "col"}:  # a column and a row: every pair, n×m, as NumPy's (n, 1) - (1, m)
                 out = (out[0], s[1]) if ko == "col" else (s[0], out[1])
                 outer = True
+                self.outer.add(id(n))
                 self.note(n, f"{self.text(n)} combines a column and a row: every pair of their entries, "
                              f"a matrix {self.show(out)}, as NumPy does with an (n, 1) and a (1, m) array"
-                          + self.entrywise_hint(c if ks == "row" else first_node if len(arrays) == 2 else None))
+                          + self.entrywise_hint(n, c if ks == "row" else first_node if len(arrays) == 2 else None))
                 continue
             hint = self.default_vector_hint(first_node, c)
             if not hint and (ko is None) != (ks is None):

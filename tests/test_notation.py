@@ -246,3 +246,15 @@ def test_a_declared_mask_or_an_entrywise_power_is_no_suspicious_hadamard_factor(
         matcalc.derive("sum(W*(x@1.T - 1@x.T)**2)", "x", shapes={"W": ("n", "n")})
     with pytest.warns(NotationWarning, match="for a matrix product write X@W"):  # two plain names keep it
         matcalc.derive("sum(X*W)", "W", shapes={"X": ("n", "m")})
+
+
+def test_every_pair_of_a_vector_s_entries_is_meant_entrywise():
+    # x - x.T (a graph's differences): no "write x in place of x.T" (x - x is 0), and W*(x - x.T)
+    # or W*(x@1.T) is no suspicious Hadamard product
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        matcalc.derive("sum(W*(x - x.T)**2)", "x")
+        matcalc.derive("y:sum(W*(x@1.T), 1)", "y")
+        matcalc.derive("sum(W*(x - x.T))", "x")
+    text = " ".join(str(w.message) for w in caught)
+    assert "in place of x.T" not in text and "matrix product" not in text
