@@ -583,8 +583,8 @@ class _Typer:
             return True  # 1@r, u@1.T: a vector spread over a matrix (as gradients print one), to meet it entrywise
         if id(node) in self.outer:  # x - x.T: every pair of entries, to meet entrywise (weights of a graph)
             return True
-        if node.kind == "add":
-            return any(self._entrywise_value(c) for c in node.children)
+        if node.kind == "add":  # (X@W + b.T: a bias spread over a matrix, a layer's value, entry by entry)
+            return any(self._entrywise_value(c) or id(c) in self.bcast for c in node.children)
         if node.kind == "pow":  # (A - B)**2: an entrywise power, as a weight's W*(x@1.T - 1@x.T)**2
             return True
         if node.kind != "call":

@@ -256,5 +256,6 @@ def test_every_pair_of_a_vector_s_entries_is_meant_entrywise():
         matcalc.derive("sum(W*(x - x.T)**2)", "x")
         matcalc.derive("y:sum(W*(x@1.T), 1)", "y")
         matcalc.derive("sum(W*(x - x.T))", "x")
+        matcalc.derive("sum(softplus(Z) - Y*(X@W + b.T))", "W")  # a layer's value with its bias: entrywise
     text = " ".join(str(w.message) for w in caught)
     assert "in place of x.T" not in text and "matrix product" not in text
