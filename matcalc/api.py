@@ -39,6 +39,7 @@ class Derivation:
         self.user_shapes = typed.user_shapes
         self.symbols = typed.symbols
         self._source_expr = typed.expr  # as written (before stabilize: log(det(X)) needs det > 0)
+        self._spread = tuple(typed.spread)  # undeclared vectors spread over a matrix's columns (X@W + b)
         self.shape = typed.user_shapes[wrt]
         self._user_names = user_names   # node -> name, from definitions=
         self._dims = dim_sources(typed.symbols)  # dimension -> (symbol, axis), for size(x, 0)
@@ -284,6 +285,7 @@ class Derivation:
         shapes = {k: self.user_shapes[k] for k in self._params}
         f = GradientFunction(self.numpy_source, fname, params, shapes, self.shape)
         f.wrt = self.wrt if self.wrt in shapes else None
+        f.spread = self._spread
         return f
 
     @cached_property
@@ -733,6 +735,7 @@ class ValueAndGrad:
         self.numpy_source = module_source([src])
         self.function = GradientFunction(self.numpy_source, "value_and_grad", params, self.user_shapes)
         self.function.grads_like = tuple(n for n in names if n in self.user_shapes)
+        self.function.spread = first._spread
         self._emit_args = (outputs, doc, returns)
 
     def source(self, backend: str = "numpy") -> str:

@@ -3,6 +3,7 @@ emitted function, with a fast path for float arrays of the right shapes."""
 from __future__ import annotations
 
 import math
+import re
 
 from .errors import ShapeError
 
@@ -240,8 +241,22 @@ class GradientFunction:
     def __repr__(self):
         return f"<matcalc function {self.name}({', '.join(self.params)})>"
 
+    spread = ()  # vectors the expression spreads over a matrix's columns (X@W + b): named in shape errors
+
     def convert(self, kwargs: dict, checked: bool = False) -> dict:
         """The arguments as the emitted function takes them (``checked``: their names are)."""
+        try:
+            return self._convert(kwargs, checked)
+        except ShapeError as e:
+            names = [b for b in self.spread if re.search(rf"(?<![\w.]){re.escape(b)}(?![\w(])", e.message)]
+            if not names:
+                raise
+            b = names[0]
+            raise ShapeError(f"{e.message} ({b} is a column in the expression, one entry per row of the matrix it "
+                             f"is added to; NumPy adds a 1-D {b} to every row: for that write {b}.T in the "
+                             "expression)") from None
+
+    def _convert(self, kwargs: dict, checked: bool) -> dict:
         import numpy as np
 
         if not checked:

@@ -180,6 +180,13 @@ def test_a_vector_spread_over_columns_says_what_numpy_does():
         warnings.simplefilter("error", NotationWarning)
         matcalc.derive("sum(tanh(W@X + b))", "b", shapes={"b": ("m",)})
         matcalc.derive("-sum(Y*log(softmax(X@W + b.T, 1)))", "b")
+    # called with NumPy's bias (one entry per column): the shape error says to write b.T
+    import numpy as np
+
+    for f in (matcalc.derive("sum((X@W + b)**2)", "W").function,
+              matcalc.value_and_grad("sum((X@W + b)**2)", wrt=["W"]).function):
+        with pytest.raises(matcalc.ShapeError, match=r"NumPy adds a 1-D b to every row: for that write b\.T"):
+            f(X=np.ones((5, 3)), W=np.ones((3, 4)), b=np.ones(4))
     # a declared vector the length of the columns is refused, with NumPy's reading to write
     with pytest.raises(matcalc.MatcalcError, match=r"to add b to every row, as NumPy does with a 1-D array, "
                                                    r"write b\.T"):
