@@ -770,6 +770,12 @@ class ValueAndGrad:
     def __repr__(self):
         return f"<ValueAndGrad of λ = {_to_text(self.lam)} wrt {', '.join(self.derivations)}>"
 
+    def __str__(self):
+        return "\n".join(f"∂λ/∂{k} = {d.text}" for k, d in self.derivations.items())
+
+    def _repr_markdown_(self):  # (Jupyter: each gradient, its derivation folded)
+        return "\n\n".join(d._repr_markdown_() for d in self.derivations.values())
+
 
 def value_and_grad(expr: str, wrt, shapes: dict | None = None, definitions: dict | None = None,
                    where: dict | None = None, **options) -> ValueAndGrad:

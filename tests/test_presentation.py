@@ -349,3 +349,11 @@ def test_several_results_show_each_in_jupyter():
     blocks = matcalc.hessian("sum(exp(X@W))", wrt=["X", "W"])
     assert blocks["X", "W"]._repr_latex_().startswith("$H_{X W}[\\mathrm{d}W] =")  # (H[dW] as the W, W block)
     assert blocks["W", "W"]._repr_latex_().startswith("$H[\\mathrm{d}W] =")
+
+
+def test_value_and_grad_shows_its_gradients():
+    # print(vg) and Jupyter showed only <ValueAndGrad of λ = … wrt W, b>
+    vg = matcalc.value_and_grad("sum((W@x + b)**2)", wrt=["W", "b"], shapes={"b": ("a",)})
+    assert str(vg) == "∂λ/∂W = 2*(W@x + b)@x.T\n∂λ/∂b = 2*(W@x + b)"
+    md = vg._repr_markdown_()
+    assert md.count("$$\\frac{\\partial \\lambda}") == 2 and md.count("<details>") == 2
