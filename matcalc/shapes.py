@@ -748,13 +748,12 @@ class _Typer:
         if not self.numpy_rows or c.kind != "name" or c.value in self.declared or c.value in self.spread:
             return
         b = c.value
-        message = (f"{b} is a column (as lower-case names are), so {self.text(n)} pairs its entries with the "
-                   f"rows of the {self.show(out)} matrix, one per row; NumPy spreads a 1-D {b} over the rows "
-                   f"instead, one entry per column: for that write {b}.T (or declare {b} a row: "
-                   f"shapes={{'{b}': (1, 'k')}}, --shape {b}=1,k); declaring {b} a vector keeps the column "
-                   "without this note")
+        message = (f"{b} is a column (as lower-case names are), so {self.text(n)} pairs entry i of {b} with row i "
+                   f"of the {self.show(out)} matrix; NumPy pairs a 1-D {b} with every row instead (entry j with "
+                   f"column j): for that write {b}.T")
         if not self.spread:  # (one note: a GRU's three gates would make three)
-            self.note(n, message + "; the same holds for every vector spread so here")
+            self.note(n, message + f"; a declared {b} (--shape {b}=n, shapes={{'{b}': ('n',)}}) keeps the column "
+                                   "without this note, as it does for every vector spread so here")
         self.spread[b] = (message, c.start, c.end)
 
     def expand(self, node: Node, e: ir.Expr) -> ir.Expr:

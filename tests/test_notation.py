@@ -169,8 +169,8 @@ def test_norm_is_the_2_norm_and_frobenius_as_numpys_default():
 def test_a_vector_spread_over_columns_says_what_numpy_does():
     # X@W + b with b undeclared: a column, one entry per row of X@W (per sample), where NumPy
     # adds a 1-D b to each row: silently different numbers where X@W is square
-    with pytest.warns(NotationWarning, match=r"b is a column .* NumPy spreads a 1-D b over the rows .* "
-                                             r"write b\.T") as caught:
+    with pytest.warns(NotationWarning, match=r"b is a column .* NumPy pairs a 1-D b with every row "
+                                             r"instead .* write b\.T") as caught:
         d = matcalc.derive("-sum(Y*log(softmax(X@W + b, 1)))", "b")
     assert d.text == "0"  # softmax(·, 1) ignores a per-row constant: said so too
     assert any("∂λ/∂b is 0 everywhere" in str(w.message) for w in caught)
