@@ -410,14 +410,20 @@ def _common_denominator(flat, shape):
         if core is None or core.op != "div":
             others.append(t)
             continue
-        b, k = _base_exponent(core.args[1])
+        num, den = core.args
+        if den.op == "mul":  # u²/(δ² s³): the power of a sum apart, δ² with the numerator
+            sums = [f for f in den.args if _base_exponent(f)[0].op == "add"]
+            if len(sums) == 1:
+                rest = [f for f in den.args if f is not sums[0]]
+                num, den = s_div(num, s_mul(*rest)), sums[0]
+        b, k = _base_exponent(den)
         if base is None:
             base = b
         if b is not base or k <= 0 or not math.isfinite(2 * k) or 2 * k != round(2 * k):  # (whole or half powers)
             others.append(t)
             continue
-        parts.append((c, core.args[0], k))
-        root = root or _exponents([core.args[1]], {})[1] != set()
+        parts.append((c, num, k))
+        root = root or _exponents([den], {})[1] != set()
     if base is None or len({k for _, _, k in parts}) < 2 or len(parts) > 8:
         return None
     top = max(k for _, _, k in parts)
@@ -1111,6 +1117,8 @@ def s_pow(a: Expr, k: Expr) -> Expr:
                     return const(v, a.shape)
             except (OverflowError, ZeroDivisionError):
                 pass
+        if a.op == "div" and a.args[1].shape == SCALAR and k.attr == round(k.attr) and 2 <= k.attr <= 4:
+            return s_div(s_pow(a.args[0], k), s_pow(a.args[1], k))  # (x/δ)² = x²/δ², as its derivative writes it
         if a.op == "mul" and a.args[0].op == "const" and a.args[0].shape == SCALAR and k.attr == round(k.attr) \
                 and abs(k.attr) <= 4:  # (cx)ᵏ = cᵏxᵏ for a whole k: exp(-(-x/√2)**2) is exp(-0.5*x**2)
             rest = a.args[1] if len(a.args) == 2 else Expr("mul", a.args[1:], None, a.shape)

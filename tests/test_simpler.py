@@ -868,3 +868,14 @@ def test_frobenius_products_with_a_common_side_are_one():
 
     fd = [(lam(a + 1e-6 * e) - lam(a - 1e-6 * e)) / 2e-6 for e in np.eye(5)]
     np.testing.assert_allclose(d.function(a=a, q=q), fd, atol=1e-8)
+
+
+@pytest.mark.parametrize("expr", ["sum(delta**2*(sqrt(1 + (x/delta)**2) - 1))",
+                                  "sum(delta**2*(sqrt(1 + x**2/delta**2) - 1))"])
+def test_the_pseudo_huber_hessian_is_one_quotient(expr):
+    # 1/s - x²/(δ² s³) with s² = x²/δ² + 1 is 1/s³: the δ² beside s³, and (x/δ)² written as x²/δ²,
+    # kept the two terms apart
+    h = matcalc.hessian(expr, "x", shapes={"x": (3,)})
+    assert h.text == "dx/sqrt(x**2/delta**2 + 1)**3"
+    x, delta = np.array([0.3, -2.0, 5.0]), 1.7
+    np.testing.assert_allclose(h.matrix(x=x, delta=delta), np.diag((1 + (x / delta) ** 2) ** -1.5), rtol=1e-13)
