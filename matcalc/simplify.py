@@ -1508,7 +1508,7 @@ def _sum_along(a: Expr, axis: int):
         pulled = [v for v, f in zip(out, fs) if v is not None]
         rest = [f for v, f in zip(out, fs) if v is None and f is not None]
         if not pulled:
-            return None
+            return _sum_along_product(a, axis) if a.op == "mul" else None
         if not rest:  # every factor constant along the axis: sum(u@1ᵀ, 1) = u·(the row length)
             return s_mul(*pulled, axis_count(a.shape, axis))
         if ir._broadcast([f.shape for f in rest]) != a.shape:
@@ -1519,6 +1519,27 @@ def _sum_along(a: Expr, axis: int):
         if ir.tree_size(split) < ir.tree_size(a):
             return split
     return None
+
+
+def _sum_along_product(a: Expr, axis: int):
+    """sum(C∘(1@r), 1) = C@rᵀ and sum(C∘(u@1ᵀ), 0) = uᵀ@C (a vector spread across the axis
+    summed: a matrix-vector product); or a factor that is a sum of a few terms opened,
+    sum(C∘(P - Q), 1) = sum(C∘P, 1) - sum(C∘Q, 1), where the sums then get shorter (a graph's
+    Σ W_ij (x_i - x_j)², whose C∘(x@1ᵀ - 1@xᵀ) sums to x∘(C@1) - C@x); else None."""
+    across = [_constant_along(f, 1 - axis) if f.shape != SCALAR else None for f in a.args]
+    spread = [k for k, v in enumerate(across) if v is not None and v.shape != SCALAR]
+    if len(spread) == 1:
+        v = across[spread[0]]
+        rest = [f for k, f in enumerate(a.args) if k != spread[0]]
+        if ir._broadcast([f.shape for f in rest]) == a.shape:
+            m = s_mul(*rest)
+            return s_matmul(m, s_T(v)) if axis == 1 else s_matmul(s_T(v), m)
+    sums = [k for k, f in enumerate(a.args) if f.op == "add" and f.shape == a.shape and len(f.args) <= 4]
+    if len(sums) != 1 or len(a.args) > 3:
+        return None
+    others = [f for k, f in enumerate(a.args) if k != sums[0]]
+    split = s_add(*[s_func("sum", s_mul(*others, t), attr=axis) for t in a.args[sums[0]].args])
+    return split if ir.tree_size(split) < ir.tree_size(Expr("sum", (a,), axis, split.shape)) else None
 
 
 def _spread_number(a: Expr):

@@ -879,3 +879,16 @@ def test_the_pseudo_huber_hessian_is_one_quotient(expr):
     assert h.text == "dx/sqrt(x**2/delta**2 + 1)**3"
     x, delta = np.array([0.3, -2.0, 5.0]), 1.7
     np.testing.assert_allclose(h.matrix(x=x, delta=delta), np.diag((1 + (x / delta) ** 2) ** -1.5), rtol=1e-13)
+
+
+def test_a_spread_vector_summed_across_is_a_matrix_vector_product():
+    # sum(C∘(1@xᵀ), 1) = C@x, sum(C∘(x@1ᵀ), 0)ᵀ = Cᵀ@x, and a graph's Σ W_ij (x_i - x_j)² through them
+    assert matcalc.derive("y:sum(W*(1@x.T), 1)", "y").text == "W@x"
+    assert matcalc.derive("y:sum(W*(x@1.T), 0).T", "y").text == "W.T@x"
+    d = matcalc.derive("sum(W*(x - x.T)**2)", "x")
+    assert "W@x" in d.text and "W.T@x" in d.text and len(d.text) < 59  # (was 59 characters, every sum(W*(…)))
+    rng = np.random.default_rng(7)
+    W, x = rng.standard_normal((4, 4)), rng.standard_normal(4)
+    np.testing.assert_allclose(d.function(W=W, x=x), 2 * ((W + W.T).sum(1) * x - (W + W.T) @ x), rtol=1e-12)
+    H = matcalc.hessian("sum(W*(x - x.T)**2)", "x").matrix(W=W, x=x)
+    np.testing.assert_allclose(H, 2 * (np.diag((W + W.T).sum(1)) - W - W.T), rtol=1e-12)
