@@ -1179,6 +1179,12 @@ def typecheck(ast: Node, source: str, declared: dict | None = None,
                 + (f" (did you mean {close[0]}?)" if close else f"; its symbols without a declared shape are "
                                                                 f"{', '.join(undeclared)}")))
     for name in symmetric or ():  # a symmetric matrix is square
+        if name in t.def_ast and name not in t.sym_shape and id(t.def_ast[name]) in t.shape:
+            shape = t.shape[id(t.def_ast[name])]  # a defined matrix (a kernel K = s*A + v*I), symmetric as a wrt
+            if t.is_matrix(shape) and t.unify(shape[0], shape[1]):
+                continue
+            raise ShapeError(f"{name} is declared symmetric, but its definition is {t.describe(shape)}, not a "
+                             "square matrix")
         if name not in t.sym_shape:
             raise DeriveError(f"symmetric names {name!r}, which is not a symbol of the expression; its "
                               f"symbols are {', '.join(t.sym_shape)}")

@@ -228,3 +228,18 @@ def test_a_symmetric_gradient_is_transposed_term_by_term(expr, text, closed):
     S, A, C = B @ B.T + 4 * np.eye(4), rng.standard_normal((4, 4)), rng.standard_normal((4, 4))
     vals = {k: v for k, v in {"S": S, "A": A, "C": C}.items() if k in d.function.params}
     np.testing.assert_allclose(d.function(**vals), closed(S, A, C), rtol=1e-10)
+
+
+def test_a_defined_matrix_can_be_declared_symmetric_as_the_wrt():
+    # a GP's kernel K = s*A + v*I as a definition: symmetric=["K"] was refused ("not a symbol")
+    defs, shapes = {"K": "s*A + v*I"}, {"s": (), "v": ()}
+    expr = "0.5*y.T@inv(K)@y + 0.5*logdet(K)"
+    d = matcalc.derive(expr, "K", definitions=defs, symmetric=["K"], shapes=shapes)
+    rng = np.random.default_rng(0)
+    B, y, s, v = rng.standard_normal((4, 4)), rng.standard_normal(4), 0.7, 0.3
+    A = B @ B.T
+    Ki = np.linalg.inv(s * A + v * np.eye(4))
+    np.testing.assert_allclose(d.function(A=A, y=y, s=s, v=v), 0.5 * (Ki - Ki @ np.outer(y, y) @ Ki), atol=1e-13)
+    assert "K is symmetric" in d.symmetric_note
+    with pytest.raises(matcalc.ShapeError, match="K is declared symmetric, but its definition is"):
+        matcalc.derive("sum(K)", "K", definitions={"K": "x + c"}, symmetric=["K"])  # (a vector)
