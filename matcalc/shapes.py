@@ -593,9 +593,13 @@ class _Typer:
         return op is not None and (op.elementwise or op.name == "softmax")
 
     def _declared_mask(self, mask, other) -> bool:
-        """A declared matrix times an expression (M*(Y - U@V.T), a mask or weights): its shape
-        was given, so the product meets the expression entry by entry as written."""
-        return mask.kind == "name" and mask.value in self.declared and other.kind != "name"
+        """A declared matrix times an expression (M*(Y - U@V.T), a mask or weights), or a declared
+        vector times anything (a layer norm's gain gamma*X, gamma 1×p): its shape was given, so the
+        product meets the other entry by entry as written."""
+        if mask.kind != "name" or mask.value not in self.declared:
+            return False
+        shape = self.declared[mask.value]  # (a declared row or column: spread over the other, as meant)
+        return other.kind != "name" or len(shape) == 1 or 1 in shape
 
     def hadamard(self, n, kid):
         """a * b: entry by entry.  Where the two are a matrix and a matrix (or vector) whose
@@ -605,9 +609,9 @@ class _Typer:
         spelled = self.source[a.end:b.start].strip()
         suspicious = (spelled == "*" and not self.is_scalar(sa) and not self.is_scalar(sb)
                       and (self.is_matrix(sa) or self.is_matrix(sb)) and self._could_matmul(sa, sb)
-                      and not (self._entrywise_value(a) or self._entrywise_value(b))
-                      and not self._declared_mask(a, b) and not self._declared_mask(b, a))
-        before = dict(self.parent)
+                      and not (self._entrywise_value(a) or self._entrywise_value(b)))
+        noting = suspicious and not self._declared_mask(a, b) and not self._declared_mask(b, a)
+        before, said = dict(self.parent), len(self.notes)
         try:
             out = self.broadcast(n, n.children, kid, "multiply")
         except ShapeError as e:
@@ -615,20 +619,27 @@ class _Typer:
                 raise ShapeError(e.message + " (* is the entrywise product; for a matrix product use @)",
                                  e.source, e.start, e.end) from None
             raise
-        if suspicious and self.parent != before:
+        if noting and self.parent != before:
             chain = [a, b]
             if id(a) in self.noted:  # A*B*C: one note for the whole chain
                 prev, operands = self.noted.pop(id(a))
                 self.notes.remove(prev)
                 chain = operands + [b]
             names = " and ".join([", ".join(self.text(c) for c in chain[:-1]), self.text(chain[-1])])
-            vector = next((c for c, sc in ((a, sa), (b, sb)) if self.vector_kind(sc) == "col"), None)
+            vector, kind = next(((c, self.vector_kind(sc)) for c, sc in ((a, sa), (b, sb))
+                                 if self.vector_kind(sc) in ("col", "row")), (None, None))
             if vector is not None and len(chain) == 2:  # X*u: u spread over X's columns, not X's shape
                 matrix = b if vector is a else a
-                self.note(n, f"{self.text(n)} is an entrywise (Hadamard) product: it multiplies row i of "
+                line, side = ("row", "rows") if kind == "col" else ("column", "columns")
+                numpy = ""
+                if len(self.notes) > said and vector.kind == "name" and vector.value in self.spread:
+                    self.notes.pop()  # (u's spread, said in this note)
+                    numpy = (f"; NumPy multiplies column j by entry j of a 1-D {vector.value}: for that write "
+                             f"{self.text(matrix)}*{vector.value}.T")
+                self.note(n, f"{self.text(n)} is an entrywise (Hadamard) product: it multiplies {line} i of "
                              f"{self.text(matrix)} by entry i of {self.text(vector)}, which it only does by giving "
-                             f"{self.text(vector)} as many entries as {self.text(matrix)} has rows; for a matrix "
-                             f"product write {'@'.join(self.text(c) for c in chain)}")
+                             f"{self.text(vector)} as many entries as {self.text(matrix)} has {side}{numpy}; for a "
+                             f"matrix product write {'@'.join(self.text(c) for c in chain)}")
             else:
                 self.note(n, f"{self.text(n)} is an entrywise (Hadamard) product: it only type-checks by "
                              f"giving {names} the same shape ({self.show(out)}); for a matrix product "

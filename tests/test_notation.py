@@ -236,8 +236,12 @@ def test_a_printed_row_broadcast_reads_back_without_a_note():
 def test_a_vector_times_a_matrix_entrywise_says_what_it_does_and_ell_is_noted():
     # "giving X and u the same shape (a×b)": u keeps its length and scales X's rows
     with pytest.warns(NotationWarning, match=r"multiplies row i of X by entry i of u, which it only does by giving u "
-                                             r"as many entries as X has rows; for a matrix product write X@u"):
+                                             r"as many entries as X has rows; NumPy multiplies column j by entry j of "
+                                             r"a 1-D u: for that write X\*u\.T; for a matrix product write X@u"):
         matcalc.derive("sum(X*u)", "X")
+    with warnings.catch_warnings():  # a declared row (a layer norm's gain): spread over the rows as meant
+        warnings.simplefilter("error", NotationWarning)
+        matcalc.derive("G:(gamma*X)", "X", shapes={"gamma": (1, "p")})
     # a length scale ell left undeclared is a vector spread over D's columns
     with pytest.warns(NotationWarning, match="ell is a vector by the spelling of its name"):
         matcalc.derive("y.T@exp(-D/(2*ell**2))@y", wrt="D")
