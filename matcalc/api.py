@@ -658,10 +658,10 @@ def _derive_one(expr, typed, wrt, syntax="matcalc", symmetric=(), form=None) -> 
     if "d" + wrt in typed.symbols:  # a symbol named dW: the steps write W's differential d(W)
         names[dW] = DiffName(wrt, f"d({wrt})")
     if wrt in typed.spread and G.op == "const" and G.attr == 0.0:  # X@W + b, b per row, under softmax(·, 1)
-        _, start, end = typed.spread[wrt]
-        warnings.warn(NotationWarning(f"∂λ/∂{wrt} is 0 everywhere: {wrt} is a column spread over the columns "
-                                      f"(the note on {wrt} says what NumPy does instead)", expr, start, end),
-                      stacklevel=3)
+        message, start, end = typed.spread[wrt]
+        if wrt == next(iter(typed.spread)):  # (its note was given: one, on the first spread vector)
+            message = f"{wrt} is a column spread over the columns (the note on {wrt} says what NumPy does instead)"
+        warnings.warn(NotationWarning(f"∂λ/∂{wrt} is 0 everywhere: {message}", expr, start, end), stacklevel=3)
     d = Derivation(expr, typed, primal, wrt, G, steps, rules, user_names, names)
     d.syntax = syntax
     d._subst = subst

@@ -422,10 +422,16 @@ def framework_arguments(fname: str, kwargs: dict, params, user_shapes: dict, bac
     lists as torch's tensors (torch_inputs), those vectors 1-D."""
     from .function import check_arguments, check_shapes
 
+    import numpy as np
+
+    from .function import as_floats
+
     kwargs = check_arguments(fname, kwargs, params)
     for k, v in kwargs.items():
         if _is_complex(v):  # (torch dropped the imaginary part; jax differentiated a complex function)
             raise TypeError(f"{k} is complex; matcalc's functions take real numbers")
+        if v is None or isinstance(v, (str, bytes, list, tuple)) or isinstance(v, np.ndarray) and v.dtype.kind in "USO":
+            kwargs[k] = as_floats(k, v)  # (text, None and ragged lists refused by name, as in NumPy's)
     flat = check_shapes(fname, kwargs, user_shapes)
     if backend == "torch":
         kwargs = torch_inputs(kwargs)
@@ -438,7 +444,10 @@ def _is_complex(v) -> bool:
 
     dtype = getattr(v, "dtype", None)
     if dtype is None:
-        return isinstance(v, complex) or isinstance(v, (list, tuple)) and np.iscomplexobj(v)
+        try:
+            return isinstance(v, complex) or isinstance(v, (list, tuple)) and np.iscomplexobj(v)
+        except ValueError:  # (a ragged list: as_floats says so)
+            return False
     flag = getattr(dtype, "is_complex", None)  # (a torch dtype)
     return flag if isinstance(flag, bool) else np.dtype(dtype).kind == "c"
 

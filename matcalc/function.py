@@ -278,9 +278,7 @@ class GradientFunction:
                 raise _not_numbers(name, e) from None
             if complex_:
                 raise TypeError(f"{name} is complex; matcalc's functions take real numbers")
-            if value is None or isinstance(value, (str, bytes)):  # (asarray(None, float) is nan)
-                raise TypeError(f"{name} is {type(value).__name__}; matcalc's functions take numbers and arrays")
-            arr = as_floats(name, value)
+            arr = as_floats(name, value)  # (None, text: refused; asarray(None, float) is nan)
             if len(shape) == 0:
                 if arr.size != 1:
                     raise ShapeError(f"{name} is a scalar, got an array of shape {arr.shape}")
@@ -379,21 +377,27 @@ class GradientFunction:
 
 
 def as_floats(name, value):
-    """value as a float array, or an error that names it: strings ('1.5' too, which NumPy's
-    float conversion reads but no ufunc takes) and None (nan in that conversion) are refused."""
+    """value as a float array, or an error that names it: text ('1.5' too, which NumPy's float
+    conversion reads but no ufunc takes), None (nan in that conversion), ragged lists."""
     import numpy as np
 
+    if value is None or isinstance(value, (str, bytes)):
+        raise TypeError(f"{name} is {type(value).__name__}; matcalc's functions take numbers and arrays")
     try:
-        arr = np.asarray(value, dtype=float)
-    except (ValueError, TypeError) as e:  # (strings in an array, a dict)
+        raw = np.asarray(value)  # (one conversion: its dtype says what the entries were)
+    except (ValueError, TypeError) as e:  # (ragged lists)
         raise _not_numbers(name, e) from None
-    if isinstance(value, (list, tuple)) or isinstance(value, np.ndarray) and value.dtype.kind in "USO":
-        raw = np.asarray(value, dtype=object).reshape(-1)  # (as costly as reading the list)
-        if isinstance(value, np.ndarray) and value.dtype.kind in "US" or any(
-                v is None or isinstance(v, (str, bytes, np.str_, np.bytes_)) for v in raw):
-            raise TypeError(f"{name} holds {'None' if any(v is None for v in raw) else 'text'}; "
-                            "matcalc's functions take numbers and arrays of numbers")
-    return arr
+    held = "text" if raw.dtype.kind in "US" else None
+    if raw.dtype.kind == "O":  # (a list of numbers and None or text: one look at each entry)
+        flat = raw.reshape(-1)
+        held = "None" if any(v is None for v in flat) else "text" if any(
+            isinstance(v, (str, bytes)) for v in flat) else None
+    if held:
+        raise TypeError(f"{name} holds {held}; matcalc's functions take numbers and arrays of numbers")
+    try:
+        return np.asarray(raw, dtype=float)
+    except (ValueError, TypeError) as e:  # (a dict)
+        raise _not_numbers(name, e) from None
 
 
 def singular(name, error):

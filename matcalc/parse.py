@@ -115,7 +115,7 @@ def parse(source: str, syntax: str = "matcalc") -> Node:
         if syntax == "matlab" and ch == "@":
             hint = (" (@ is the matrix product in matcalc's syntax; in the MATLAB syntax it is *, and .* is the "
                     "entrywise product)")
-        elif syntax == "matlab" and source[e.pos_in_stream:e.pos_in_stream + 2] == ".T":
+        elif syntax == "matlab" and re.match(r"\.T(?![\w(])", source[e.pos_in_stream:]):
             hint = " (.T is the transpose in matcalc's syntax; in the MATLAB syntax it is X')"
         raise ParseError(f"unexpected character {ch!r}{hint}", source, e.pos_in_stream,
                          e.pos_in_stream + 1) from None
@@ -316,6 +316,13 @@ SPELLED = {"solve": "write inv(A)@B: matcalc computes it as a solve", "log_softm
                             "functions"), "numel": "write size(X, 0)*size(X, 1)",
             "length": "write size(x, 0)", "elu": "matcalc has no elu; relu, softplus, gelu and silu are built in",
             "expit": "write sigmoid(z)", "len": "write size(x, 0)", "heaviside": "write step(x)",
+            "multiply": "write x*y (entry by entry)", "add": "write x + y", "subtract": "write x - y",
+            **dict.fromkeys(("divide", "true_divide"), "write x/y"), "negative": "write -x",
+            **dict.fromkeys(("ravel", "flatten", "reshape"), "vec(X) is X's entries in one column (column-major), "
+                            "unvec(v, rows) the matrix back"),
+            "newaxis": "matcalc has no indexing: a vector is a column already, x.T a row",
+            **dict.fromkeys(("array", "asarray"), "write the symbol: the arrays are given when the function is called"),
+            "mse_loss": "write mean((y - t)**2)",
             "logaddexp": "logaddexp(0, x) is softplus(x); logaddexp(a, b) is a + softplus(b - a)",
             "where": "matcalc has no where; step(x) is 1 where x > 0, so step(x)*a + (1 - step(x))*b",
             "exp2": "write exp(x*log(2))", "cbrt": "write x**(1/3)", "reciprocal": "write 1/x",
@@ -345,6 +352,10 @@ def _dot_hint(source: str, pos: int) -> str:
         chain = re.match(r"[\w.]*", source[j:]).group(0)  # np.linalg.det: the last part is the function
         prefix, _, name = chain.rpartition(".")
         spelled = _MODULE_NAMES.get(name)
+        if name == "pi":
+            return f" (write pi without the {prefix}. prefix)"
+        if name in ("max", "min", "amax", "amin") and not _two_arguments(source, k):  # np.max(x): a reduction
+            return f" ({chain}: matcalc has no largest or smallest entry; logsumexp(x) is a smooth maximum)"
         if not spelled and name and not _known_function(name):  # np.where: not matcalc's either
             how = SPELLED.get(name)
             return f" ({chain}: {how})" if how else f" ({chain} has no matcalc counterpart)"
@@ -359,6 +370,21 @@ def _dot_hint(source: str, pos: int) -> str:
         return f" ({(source[j:k] if j < pos else '(...).' + source[pos + 1:k])} is NumPy's; in matcalc {method})"
     return ""
 
+
+
+def _two_arguments(source: str, k: int) -> bool:
+    """Whether the call whose name ends at k has a comma at its own level (max(x, y))."""
+    depth = 0
+    for ch in source[k:]:
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+            if depth == 0:
+                return False
+        elif ch == "," and depth == 1:
+            return True
+    return False
 
 
 def _known_function(name: str) -> bool:

@@ -107,9 +107,11 @@ def parse_declaration(name: str, spec) -> tuple:
         spec = [p.strip() for p in s.strip("()").split(",") if p.strip()]
     if isinstance(spec, numbers.Integral) and not isinstance(spec, bool):  # (NumPy's integers too)
         spec = (spec,)
-    if hasattr(spec, "shape") and hasattr(spec, "dtype"):  # (the array itself, not its shape)
-        raise ShapeError(f"the shape of {name} is given as an array: give its shape ({name}.shape) or dimension "
-                         f"names, shapes={{'{name}': ('n', 'm')}}")
+    if hasattr(spec, "shape") and hasattr(spec, "dtype") and (len(spec.shape) != 1 or spec.dtype.kind not in "iuUS"):
+        # (the array itself, not its shape; an array of sizes or names is one)
+        example = "('n', 'm')" if len(spec.shape) == 2 else "('n',)" if len(spec.shape) == 1 else "()"
+        raise ShapeError(f"the shape of {name} is given as an array of numbers: give its shape ({name}.shape) or "
+                         f"dimension names, shapes={{'{name}': {example}}}")
     try:
         spec = tuple(spec)
     except TypeError:
@@ -549,8 +551,12 @@ class _Typer:
         if row is None:
             return ""
         col = self.text(row.children[0]) if row.kind == "T" else f"{self.text(row)}.T"
-        if self.text(n.children[0] if n.children[0] is not row else n.children[-1]) == col:
+        other = n.children[0] if n.children[0] is not row else n.children[-1]
+        if self.text(other) == col:
             return ""  # x - x.T: x - x is 0, every pair is meant
+        a, b = self.find(self.shape[id(row)][1]), self.find(self.shape[id(other)][0])
+        if a != b and not (isinstance(a, Var) or isinstance(b, Var)):
+            return ""  # (lengths declared apart, x (n) and y (m): 1-D arrays could not pair)
         return (f"; NumPy's 1-D arrays pair entry by entry (.T of one changes nothing): for that write "
                 f"{col} in place of {self.text(row)}")
 
@@ -585,21 +591,27 @@ class _Typer:
             return True
         if node.kind == "add":  # (X@W + b.T: a bias spread over a matrix, a layer's value, entry by entry)
             return any(self._entrywise_value(c) or id(c) in self.bcast for c in node.children)
-        if node.kind == "pow":  # (A - B)**2: an entrywise power, as a weight's W*(x@1.T - 1@x.T)**2
-            return True
+        if node.kind == "pow":  # (A - B)**2: an entrywise power of a residual, W*(x@1.T - 1@x.T)**2
+            base = node.children[0]  # (X**2*A keeps its note: MATLAB's A*X^2)
+            return base.kind == "add" or id(base) in self.outer
         if node.kind != "call":
             return False
         op = _USER.get(ALIASES.get(node.value, node.value))
         return op is not None and (op.elementwise or op.name == "softmax")
 
+    def _declared_column(self, node) -> bool:
+        """Whether a symbol in node is declared a 2-D column (n, 1): its axis -1 is NumPy's axis
+        1 of length 1, as of the (n, 1) array it is given as."""
+        return any(c.kind == "name" and len(self.declared.get(c.value, ())) == 2 for c in _walk(node))
+
     def _declared_mask(self, mask, other) -> bool:
-        """A declared matrix times an expression (M*(Y - U@V.T), a mask or weights), or a declared
-        vector times anything (a layer norm's gain gamma*X, gamma 1×p): its shape was given, so the
-        product meets the other entry by entry as written."""
+        """A declared matrix times a sum (M*(Y - U@V.T), a mask or weights on a residual), or a
+        declared vector times anything (a layer norm's gain gamma*X, gamma 1×p): its shape was
+        given, so the product meets the other entry by entry as written."""
         if mask.kind != "name" or mask.value not in self.declared:
             return False
         shape = self.declared[mask.value]  # (a declared row or column: spread over the other, as meant)
-        return other.kind != "name" or len(shape) == 1 or 1 in shape
+        return other.kind == "add" or len(shape) == 1 or 1 in shape
 
     def hadamard(self, n, kid):
         """a * b: entry by entry.  Where the two are a matrix and a matrix (or vector) whose
@@ -759,12 +771,11 @@ class _Typer:
         if not self.numpy_rows or c.kind != "name" or c.value in self.declared or c.value in self.spread:
             return
         b = c.value
-        message = (f"{b} is a column (as lower-case names are), so {self.text(n)} pairs entry i of {b} with row i "
-                   f"of the {self.show(out)} matrix; NumPy pairs a 1-D {b} with every row instead (entry j with "
-                   f"column j): for that write {b}.T")
+        message = (f"{b} is a column (as lower-case names are): {self.text(n)} pairs {b}[i] with row i; NumPy "
+                   f"pairs a 1-D {b} with every row ({b}[j] with column j): for that write {b}.T")
         if not self.spread:  # (one note: a GRU's three gates would make three)
-            self.note(n, message + f"; a declared {b} (--shape {b}=n, shapes={{'{b}': ('n',)}}) keeps the column "
-                                   "without this note, as it does for every vector spread so here")
+            self.note(n, message + f"; declared (shapes={{'{b}': ('n',)}}, --shape {b}=n), {b} stays a column "
+                                   "without this note, as do other vectors spread so here")
         self.spread[b] = (message, c.start, c.end)
 
     def expand(self, node: Node, e: ir.Expr) -> ir.Expr:
@@ -886,6 +897,8 @@ class _Typer:
         if op is None:
             close = difflib.get_close_matches(name, sorted(FUNCTIONS), n=1)
             spelled = self.spelled.get(name)
+            if name in ("max", "min") and len(n.children) == 1:  # max(x): a reduction, not relu
+                spelled = "matcalc has no largest or smallest entry; logsumexp(x) is a smooth maximum"
             hint = f" ({spelled})" if spelled else f" (did you mean {close[0]}?)" if close else ""
             if not hint and (name in self.declared or self.source.count(name) > 1 and re.search(
                     rf"(?<![\w.]){re.escape(name)}(?!\s*\()", self.source)):  # W(1, 1) of a matrix W
@@ -911,7 +924,8 @@ class _Typer:
         else:
             for p, arg in zip(op.params, n.children[op.nargs:]):
                 attr = self.integer(arg, f"the {p} of {n.value}")
-            if attr == -1 and "axis" in op.params and self.vector_kind(kid[0]) == "col":
+            if attr == -1 and "axis" in op.params and self.vector_kind(kid[0]) == "col" \
+                    and not self._declared_column(n.children[0]):
                 attr = 0  # a vector's last axis, as NumPy's of a 1-D array: its only one, down the column
         self.attrs[id(n)] = attr
         return op.shape(_CallUnifier(self, n, name, kid), kid[:op.nargs], attr)

@@ -561,6 +561,9 @@ def test_complex_arguments_are_refused_and_integers_are_exact(backend):
     f = matcalc.derive("logsumexp(x)", "x").callable(backend)
     with pytest.raises(TypeError, match="x is complex"):
         f(x=xp.asarray([1 + 2j, 3.0]))
+    for bad, what in ((["1", "2"], "x holds text"), ([1.0, None], "x holds None"), ([[1.0], [2.0, 3.0]], "x is not")):
+        with pytest.raises((TypeError, ValueError), match=what):  # (torch read '1' as 1.0, None as nan)
+            f(x=bad)
     if backend == "torch":
         got = f(x=lib.tensor([16777217, 16777216, 0]))
         np.testing.assert_allclose(np.asarray(got), [1 / (1 + np.exp(-1)), 1 / (1 + np.e), 0.0], atol=1e-7)

@@ -202,3 +202,10 @@ def test_the_last_axis_of_a_vector_is_its_only_one_as_in_numpy(expr, numpy_value
     h, E = 1e-6, np.eye(4)
     fd = [(numpy_value(u + h * E[i], y) - numpy_value(u - h * E[i], y)) / (2 * h) for i in range(4)]
     np.testing.assert_allclose(grads["u"], fd, atol=1e-8)
+
+
+def test_the_last_axis_of_a_declared_column_is_numpy_s_axis_1():
+    # a symbol declared (n, 1) is given as an (n, 1) array: its axis -1 has length 1 there
+    d = matcalc.derive("sum(sum(Z, -1)**2)", "Z", shapes={"Z": ("n", 1)})
+    Z = np.array([[1.0], [2.0], [3.0]])
+    np.testing.assert_allclose(d.function(Z=Z), 2 * Z)  # λ = Σ z_i², as np.sum(np.sum(Z, -1)**2)

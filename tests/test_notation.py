@@ -169,8 +169,8 @@ def test_norm_is_the_2_norm_and_frobenius_as_numpys_default():
 def test_a_vector_spread_over_columns_says_what_numpy_does():
     # X@W + b with b undeclared: a column, one entry per row of X@W (per sample), where NumPy
     # adds a 1-D b to each row: silently different numbers where X@W is square
-    with pytest.warns(NotationWarning, match=r"b is a column .* NumPy pairs a 1-D b with every row "
-                                             r"instead .* write b\.T") as caught:
+    with pytest.warns(NotationWarning, match=r"b is a column .* NumPy pairs a 1-D b with every row .* "
+                                             r"write b\.T") as caught:
         d = matcalc.derive("-sum(Y*log(softmax(X@W + b, 1)))", "b")
     assert d.text == "0"  # softmax(·, 1) ignores a per-row constant: said so too
     assert any("∂λ/∂b is 0 everywhere" in str(w.message) for w in caught)
@@ -270,3 +270,22 @@ def test_every_pair_of_a_vector_s_entries_is_meant_entrywise():
         matcalc.derive("sum(softplus(Z) - Y*(X@W + b.T))", "W")  # a layer's value with its bias: entrywise
     text = " ".join(str(w.message) for w in caught)
     assert "in place of x.T" not in text and "matrix product" not in text
+
+
+def test_a_hadamard_note_stays_where_the_star_alone_fixes_a_shape():
+    # a declared factor against a call or a product, a power of a symbol (MATLAB's A*X^2):
+    # X's shape comes from * only, so the note on @ stays
+    for expr, wrt, shapes in (("tr(A*inv(X))", "X", {"A": ("n", "n")}), ("tr(X**2*A)", "X", None),
+                              ("sum(A*B**2)", "A", None)):
+        with pytest.warns(NotationWarning, match="for a matrix product write"):
+            matcalc.derive(expr, wrt, shapes=shapes)
+
+
+def test_the_zero_gradient_of_a_second_spread_vector_says_it_all():
+    # only the first spread vector has its note: the second's zero gradient said "the note on c"
+    with pytest.warns(NotationWarning, match=r"∂λ/∂c is 0 everywhere: c is a column .* write c\.T"):
+        matcalc.derive("sum(X@V + e) + sum(log(softmax(X@W + c, 1))*Y)", "c")
+    with warnings.catch_warnings(record=True) as caught:  # lengths declared apart: no 1-D pairing to write
+        warnings.simplefilter("always")
+        matcalc.derive("sum(x - y.T)", "x", shapes={"x": ("n",), "y": ("m",)})
+    assert not any("in place of" in str(w.message) for w in caught)
