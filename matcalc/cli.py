@@ -207,7 +207,8 @@ def check_status(report) -> int:
 
 
 def parse_at(items) -> dict:
-    """--at NAME=VALUE: VALUE is JSON (a number or nested lists of numbers), never evaluated."""
+    """--at NAME=VALUE: VALUE is JSON (a number or nested lists of numbers), never evaluated, or a
+    file NAME=X.npy (NumPy's, no pickled objects) or NAME=X.csv / X.txt (a table of numbers)."""
     from .errors import DeriveError
 
     out = {}
@@ -218,6 +219,9 @@ def parse_at(items) -> dict:
             raise DeriveError(f"--at takes NAME=VALUE (like x=[1,2] or alpha=0.5), got {item!r}")
         if name in out:
             raise DeriveError(f"--at {name} is given twice")
+        if re.search(r"(?i)\.(npy|csv|txt)\s*$", value):  # a file: NumPy's .npy, or numbers in text
+            out[name] = _read_array(name, value.strip())
+            continue
         depth = _depth(value)
         if depth > 2:  # (json.loads would recurse that deep)
             raise DeriveError(f"--at {name}: {value.strip()[:60]!r} nests lists {depth} deep; an argument "
@@ -240,6 +244,29 @@ def parse_at(items) -> dict:
                               "length (or some entries are lists and some numbers)") from None
         out[name] = v
     return out
+
+
+def _read_array(name: str, path: str):
+    """The array in a .npy file (np.load, no pickled objects) or a .csv/.txt table of numbers
+    (np.loadtxt: commas, or spaces): a number, a vector (one row or one column) or a matrix."""
+    import numpy as np
+
+    from .errors import DeriveError
+
+    try:
+        if path.lower().endswith(".npy"):
+            a = np.load(path, allow_pickle=False)
+        else:
+            a = np.loadtxt(path, delimiter="," if path.lower().endswith(".csv") else None, ndmin=2)
+            a = a.reshape(-1) if 1 in a.shape and a.size > 1 else a.reshape(()) if a.size == 1 else a
+    except OSError as e:
+        raise DeriveError(f"--at {name}: cannot read {path!r} ({e.strerror or e})") from None
+    except ValueError as e:
+        raise DeriveError(f"--at {name}: {path!r} is not an array of numbers ({e})") from None
+    if a.dtype.kind not in "biuf" or a.ndim > 2:
+        raise DeriveError(f"--at {name}: {path!r} holds {a.ndim}-D {a.dtype} values; an argument is a number, "
+                          "a vector or a matrix of real numbers")
+    return a.astype(float)
 
 
 def _depth(text: str) -> int:

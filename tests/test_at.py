@@ -130,3 +130,19 @@ def test_a_singular_matrix_in_the_api_says_what_met_it():
     for name, call in calls.items():
         with pytest.raises(np.linalg.LinAlgError, match=f"^{name}: a matrix it inverts or factorises"):
             call()
+
+
+def test_values_from_npy_and_csv_files(capsys, tmp_path):
+    # NumPy's .npy and a table of numbers in .csv/.txt, as --at X=X.npy
+    np.save(tmp_path / "X.npy", np.array(X))
+    np.savetxt(tmp_path / "W.csv", np.array(W), delimiter=",")
+    np.savetxt(tmp_path / "G.txt", np.array(G))
+    want = (np.array(G) * np.exp(np.array(X) @ np.array(W))) @ np.array(W).T
+    code, out, err = run(capsys, "derive", "G:exp(X@W)", "--wrt", "X", "--at", f"X={tmp_path / 'X.npy'}",
+                         "--at", f"W={tmp_path / 'W.csv'}", "--at", f"G={tmp_path / 'G.txt'}", "--json")
+    assert code == 0, err
+    np.testing.assert_allclose(json.loads(out)["value"], want, rtol=1e-12)
+    np.save(tmp_path / "c.npy", np.array([1 + 1j]))
+    for value, words in ((tmp_path / "nope.npy", "cannot read"), (tmp_path / "c.npy", "complex128")):
+        code, out, err = run(capsys, "derive", "sum(x**2)", "--wrt", "x", "--at", f"x={value}")
+        assert code == 2 and words in err and "Traceback" not in err
