@@ -289,3 +289,9 @@ def test_the_zero_gradient_of_a_second_spread_vector_says_it_all():
         warnings.simplefilter("always")
         matcalc.derive("sum(x - y.T)", "x", shapes={"x": ("n",), "y": ("m",)})
     assert not any("in place of" in str(w.message) for w in caught)
+
+
+def test_a_greek_name_transposed_before_a_vector_gets_the_declaration_hint():
+    # finance's mu.T@w: "to scale by a scalar use *" only, where w.T@mu said mu is a number by its name
+    with pytest.raises(ShapeError, match=r"mu is a number by its Greek name; to make it a vector declare it"):
+        matcalc.derive("0.5*w.T@Sigma@w - mu.T@w", "w")
