@@ -23,6 +23,14 @@ from .steplog import Step
 
 
 MAX_TREE = 3000  # results larger than this, written out as a tree, are printed with names
+MAX_TEXT = 2000  # and so are smaller trees whose text is longer than this (characters)
+
+
+def too_long(e, names) -> bool:
+    """Whether e written out would be huge: a tree over MAX_TREE, or a text over MAX_TEXT
+    (a tree of a sixth of that size can print that long: its parts repeat)."""
+    size = ir.tree_size(e)
+    return size > MAX_TREE or size > MAX_TREE // 6 and len(_to_text(e, names)) > MAX_TEXT
 
 
 class Derivation:
@@ -47,7 +55,7 @@ class Derivation:
         taken = set(typed.symbols) | set(user_names.values())
         extra = auto_names([G], taken | set(names.values()), names, key=simplify)
         self._names = {**names, **extra}  # user and automatic names, and those of their differentials
-        if ir.tree_size(G) > MAX_TREE:  # written out it would be huge: name the shared parts
+        if too_long(G, user_names):  # written out it would be huge: name the shared parts
             shared = shared_names([G], taken | set(self._names.values()), self._names)
             self._user_names = {**user_names, **shared}
             self._names.update(shared)

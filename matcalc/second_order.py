@@ -18,7 +18,7 @@ import warnings
 from functools import cached_property
 
 from . import ir
-from .api import MAX_TREE, Results, _typed_any, as_text, differential_free
+from .api import MAX_TREE, Results, _typed_any, as_text, differential_free, too_long
 from .adjoint import Step, pullback
 from .differential import differential
 from .errors import DeriveError, NotationWarning, ShapeError, not_in_expression, with_notes
@@ -171,7 +171,8 @@ class _LinearMap:
         self.linear = linear                     # simplified, or None (the zero map)
         self.out_node = out_node
         self._user_names = user_names
-        if linear is not None and tree_size(linear) > MAX_TREE:  # written out it would be huge
+        self._huge = linear is not None and too_long(linear, user_names)
+        if self._huge:  # written out it would be huge
             taken = set(typed.symbols) | set(user_names.values())
             self._user_names = {**user_names, **shared_names([linear], taken, user_names)}
 
@@ -283,14 +284,16 @@ class _LinearMap:
 
     @cached_property
     def _vec(self):
-        """The vec form, or None: also for a map too large to write out (MAX_TREE), whose
+        """The vec form, or None: also for a map too large to write out (too_long), whose
         Kronecker products would be larger still, and slow to collect (about L⁴ for L
         nested layers)."""
         from .vecform import vec_form
 
-        if self.linear is not None and tree_size(self.linear) > MAX_TREE:
+        if self._huge:
             return None
         vf = vec_form(self.linear, self.dW, self.out_node.shape)
+        if vf is not None and self.symmetric:
+            vf = vf.with_symmetry(self.symmetric)
         if vf is not None:
             vf.names, vf.dims, vf.taken = dict(self._user_names or {}), self._dims, self._symbol_tex
             vf.symmetric = self.symmetric

@@ -404,7 +404,7 @@ def _common_denominator(flat, shape):
     when B is a sum; None when the terms have no such denominators, or no terms of the
     numerator cancel (then the quotients read better apart), or nothing gets shorter."""
     parts, others = [], []  # (coefficient, numerator, exponent of B in the denominator); the rest
-    base, root = None, False
+    base, root, split = None, False, False
     for t in flat:
         c, core = split_coeff(t)
         if core is None or core.op != "div":
@@ -415,7 +415,7 @@ def _common_denominator(flat, shape):
             sums = [f for f in den.args if _base_exponent(f)[0].op == "add"]
             if len(sums) == 1:
                 rest = [f for f in den.args if f is not sums[0]]
-                num, den = s_div(num, s_mul(*rest)), sums[0]
+                num, den, split = s_div(num, s_mul(*rest)), sums[0], True
         b, k = _base_exponent(den)
         if base is None:
             base = b
@@ -433,21 +433,39 @@ def _common_denominator(flat, shape):
     for c, num, k in parts:
         if k == top:
             terms.append(scale(c, num))
-        else:  # num∘B, B a sum: written out
-            terms.extend(scale(c, s_mul(num, u)) for u in base.args)
+        else:  # num∘B, B a sum: written out, (x/δ)ᵏ as xᵏ/δᵏ (its derivative's form: x²/δ² meets it)
+            terms.extend(scale(c, s_mul(num, _quotient_power(u))) for u in base.args)
     keys = [_key_of(split_coeff(t)[1]) for t in terms]
     if len(set(keys)) == len(keys):  # no like terms: nothing can cancel
         return None
     numerator = _s_add(terms)
     kept = len(numerator.args) if numerator.op == "add" else 1
-    if kept >= len(terms) or kept > len(parts):  # no terms cancelled: the denominators stay apart
-        return None
+    if kept >= len(terms) or kept > len(parts) or split and kept > 1:  # no terms cancelled (or, with a
+        return None  # denominator taken apart, not down to one: 1/s − u²/(δ²s³) = 1/s³): they stay apart
     out = s_div(numerator, _power(base, top, root))
     if others:
         out = _s_add(others + [out])
-    if out.shape != shape or ir.tree_size(out) >= ir.tree_size(Expr("add", tuple(flat), None, shape)):
-        return None
+    before = ir.tree_size(Expr("add", tuple(flat), None, shape))
+    if out.shape != shape or ir.tree_size(out) >= (0.6 * before if split else before):
+        return None  # (a denominator taken apart: for a clear gain only)
     return out
+
+
+def _ones_row(e: Expr) -> bool:
+    """A row of one number, c1ᵀ (a const 1×k, k not 1)."""
+    return e.op == "const" and e.shape[0] == 1 and e.shape[1] != 1
+
+
+def _quotient_power(u: Expr) -> Expr:
+    """(x/δ)ᵏ as xᵏ/δᵏ for a scalar δ and a whole k from 2 to 4 (a numerator's term to meet);
+    u itself otherwise."""
+    c, core = split_coeff(u)
+    if core is None or core.op != "pow" or core.args[0].op != "div" or core.args[0].args[1].shape != SCALAR:
+        return u
+    k = core.args[1]
+    if k.op != "const" or k.attr not in (2.0, 3.0, 4.0):
+        return u
+    return scale(c, s_div(s_pow(core.args[0].args[0], k), s_pow(core.args[0].args[1], k)))
 
 
 def _if_shorter(terms, flat, shape):
@@ -742,6 +760,10 @@ def s_matmul(a: Expr, b: Expr) -> Expr:
         return s_mul(const(b.attr), s_func("sum", a, attr=None if a.shape[0] == 1 else 1))
     if a.op == "const" and b.shape[0] != 1 and a.shape[0] == 1 and b.op != "Diag":  # c1ᵀX = c sum(X, 0)
         return s_mul(const(a.attr), s_func("sum", b, attr=None if b.shape[1] == 1 else 0))
+    if a.op == "matmul" and a.args[0].shape[1] == 1 and b.shape[1] == 1 and _ones_row(a.args[1]):
+        return s_mul(const(a.args[1].attr), s_func("sum", b), a.args[0])  # (u 1ᵀ)v = sum(v) u
+    if b.op == "matmul" and b.args[1].shape[0] == 1 and a.shape[0] == 1 and _ones_row(s_T(b.args[0])):
+        return s_mul(const(b.args[0].attr), s_func("sum", a), b.args[1])  # uᵀ(1 vᵀ) = sum(u) vᵀ
     if b.op == "matmul":  # products read left to right: A(BC) = (AB)C (codegen picks the order)
         return s_matmul(s_matmul(a, b.args[0]), b.args[1])
     if a.op == "Diag":
@@ -1117,8 +1139,6 @@ def s_pow(a: Expr, k: Expr) -> Expr:
                     return const(v, a.shape)
             except (OverflowError, ZeroDivisionError):
                 pass
-        if a.op == "div" and a.args[1].shape == SCALAR and k.attr == round(k.attr) and 2 <= k.attr <= 4:
-            return s_div(s_pow(a.args[0], k), s_pow(a.args[1], k))  # (x/δ)² = x²/δ², as its derivative writes it
         if a.op == "mul" and a.args[0].op == "const" and a.args[0].shape == SCALAR and k.attr == round(k.attr) \
                 and abs(k.attr) <= 4:  # (cx)ᵏ = cᵏxᵏ for a whole k: exp(-(-x/√2)**2) is exp(-0.5*x**2)
             rest = a.args[1] if len(a.args) == 2 else Expr("mul", a.args[1:], None, a.shape)

@@ -219,6 +219,20 @@ class VecForm:
     def scaled(self, c: Expr) -> "VecForm":
         return VecForm([(simplify(s_mul(c, k)), ch) for k, ch in self.terms], self.rows, self.cols)
 
+    def with_symmetry(self, names) -> "VecForm":
+        """Every matrix in the terms written with Sᵀ = S for S in names, and like terms then
+        collected (x xᵀS and x xᵀSᵀ are one term with S symmetric)."""
+        import dataclasses
+
+        from .symmetric import use_symmetry
+
+        def sym(f):
+            return dataclasses.replace(f, **{k.name: use_symmetry(getattr(f, k.name), names)
+                                             for k in dataclasses.fields(f) if isinstance(getattr(f, k.name), Expr)})
+
+        return VecForm([(use_symmetry(c, names), tuple(sym(f) for f in ch)) for c, ch in self.terms],
+                       self.rows, self.cols).canonical()
+
     def canonical(self) -> "VecForm":
         """Like terms collected; a lone Kronecker factor with an identity or 1 on one side
         takes the coefficient into its other side (kron(I_m, 2*X.T@X)), and such terms with

@@ -870,13 +870,14 @@ def test_frobenius_products_with_a_common_side_are_one():
     np.testing.assert_allclose(d.function(a=a, q=q), fd, atol=1e-8)
 
 
-@pytest.mark.parametrize("expr", ["sum(delta**2*(sqrt(1 + (x/delta)**2) - 1))",
-                                  "sum(delta**2*(sqrt(1 + x**2/delta**2) - 1))"])
-def test_the_pseudo_huber_hessian_is_one_quotient(expr):
-    # 1/s - x²/(δ² s³) with s² = x²/δ² + 1 is 1/s³: the δ² beside s³, and (x/δ)² written as x²/δ²,
-    # kept the two terms apart
+@pytest.mark.parametrize("expr, text", [
+    ("sum(delta**2*(sqrt(1 + (x/delta)**2) - 1))", "dx/sqrt((x/delta)**2 + 1)**3"),
+    ("sum(delta**2*(sqrt(1 + x**2/delta**2) - 1))", "dx/sqrt(x**2/delta**2 + 1)**3")])
+def test_the_pseudo_huber_hessian_is_one_quotient(expr, text):
+    # 1/s - x²/(δ² s³) with s² = x²/δ² + 1 is 1/s³: the δ² beside s³, and (x/δ)² against the
+    # derivative's x²/δ², kept the two terms apart
     h = matcalc.hessian(expr, "x", shapes={"x": (3,)})
-    assert h.text == "dx/sqrt(x**2/delta**2 + 1)**3"
+    assert h.text == text
     x, delta = np.array([0.3, -2.0, 5.0]), 1.7
     np.testing.assert_allclose(h.matrix(x=x, delta=delta), np.diag((1 + (x / delta) ** 2) ** -1.5), rtol=1e-13)
 
@@ -892,3 +893,30 @@ def test_a_spread_vector_summed_across_is_a_matrix_vector_product():
     np.testing.assert_allclose(d.function(W=W, x=x), 2 * ((W + W.T).sum(1) * x - (W + W.T) @ x), rtol=1e-12)
     H = matcalc.hessian("sum(W*(x - x.T)**2)", "x").matrix(W=W, x=x)
     np.testing.assert_allclose(H, 2 * (np.diag((W + W.T).sum(1)) - W - W.T), rtol=1e-12)
+
+
+def test_an_outer_product_with_ones_times_a_vector_is_a_sum():
+    # (u 1ᵀ) v = sum(v) u: the Hessian of sum(v*(v - u.T), 0)@(u + w) read -du@1.T@v - sum(v)*du
+    assert matcalc.hessian("sum(v*(v - u.T), 0)@(u + w)", "u").text == "-2*sum(v)*du"
+
+
+def test_a_result_whose_text_would_be_huge_is_written_with_names():
+    # a tree just under the size that names shared parts printed 5,133 characters (its parts repeat)
+    e = "x"
+    for i in range(4):
+        e = f"sum(W{i}*({e} - ({e}).T), 1)"
+    d = matcalc.derive(f"sum(({e})**2)", "x")
+    h = matcalc.hessian(f"sum(({e})**2)", "x")
+    assert len(d.text) < 100 and d.definitions and len(h.text) < 100 and h.definitions
+    rng = np.random.default_rng(2)
+    vals = {f"W{i}": rng.standard_normal((4, 4)) for i in range(4)}
+    x = rng.standard_normal(4)
+
+    def lam(x):
+        v = x
+        for i in range(4):
+            v = np.sum(vals[f"W{i}"] * (v[:, None] - v[None, :]), 1)
+        return np.sum(v ** 2)
+
+    fd = [(lam(x + 1e-6 * u) - lam(x - 1e-6 * u)) / 2e-6 for u in np.eye(4)]
+    np.testing.assert_allclose(d.function(x=x, **vals), fd, rtol=1e-6)
