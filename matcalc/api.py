@@ -28,9 +28,9 @@ MAX_TEXT = 2000  # and so are smaller trees whose text is longer than this (char
 
 def too_long(e, names) -> bool:
     """Whether e written out would be huge: a tree over MAX_TREE, or a text over MAX_TEXT
-    (a tree of a sixth of that size can print that long: its parts repeat)."""
+    (a smaller tree can print that long: its parts repeat; under 100 nodes it cannot)."""
     size = ir.tree_size(e)
-    return size > MAX_TREE or size > MAX_TREE // 6 and len(_to_text(e, names)) > MAX_TEXT
+    return size > MAX_TREE or size > 100 and len(_to_text(e, names)) > MAX_TEXT
 
 
 class Derivation:

@@ -248,21 +248,27 @@ def parse_at(items) -> dict:
 
 def _read_array(name: str, path: str):
     """The array in a .npy file (np.load, no pickled objects) or a .csv/.txt table of numbers
-    (np.loadtxt: commas, or spaces): a number, a vector (one row or one column) or a matrix."""
+    (np.loadtxt: commas, or spaces) as a 2-D table: one row or column is a row or column, which
+    a vector or a number may be given as too."""
     import numpy as np
 
     from .errors import DeriveError
 
+    import warnings
+
+    npy = path.lower().endswith(".npy")
     try:
-        if path.lower().endswith(".npy"):
-            a = np.load(path, allow_pickle=False)
-        else:
-            a = np.loadtxt(path, delimiter="," if path.lower().endswith(".csv") else None, ndmin=2)
-            a = a.reshape(-1) if 1 in a.shape and a.size > 1 else a.reshape(()) if a.size == 1 else a
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (loadtxt warns of an empty file: said below)
+            a = np.load(path, allow_pickle=False) if npy else \
+                np.loadtxt(path, delimiter="," if path.lower().endswith(".csv") else None, ndmin=2)
     except OSError as e:
         raise DeriveError(f"--at {name}: cannot read {path!r} ({e.strerror or e})") from None
     except ValueError as e:
-        raise DeriveError(f"--at {name}: {path!r} is not an array of numbers ({e})") from None
+        what = "a NumPy .npy file of numbers" if npy else f"a table of numbers ({e})"
+        raise DeriveError(f"--at {name}: {path!r} is not {what}") from None
+    if a.size == 0:
+        raise DeriveError(f"--at {name}: {path!r} holds no numbers")
     if a.dtype.kind not in "biuf" or a.ndim > 2:
         raise DeriveError(f"--at {name}: {path!r} holds {a.ndim}-D {a.dtype} values; an argument is a number, "
                           "a vector or a matrix of real numbers")

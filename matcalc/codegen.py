@@ -271,12 +271,10 @@ class Emitter:
                     return f"np.sqrt({a[0]})"
                 if k.attr == -1.0:
                     return f"(1.0 / {a[0]})"
-                if k.attr == 3.0:  # (np.power takes 4-8 times as long as these)
-                    self.helpers.add("_cube")
-                    return f"_cube({a[0]})"
-                if k.attr in (4.0, -2.0, -0.5):
-                    return {4.0: f"np.square(np.square({a[0]}))", -2.0: f"(1.0 / np.square({a[0]}))",
-                            -0.5: f"(1.0 / np.sqrt({a[0]}))"}[k.attr]
+                power = {3.0: "_cube", 4.0: "_fourth", -2.0: "_inv_square", -0.5: "_inv_sqrt"}.get(k.attr)
+                if power is not None:  # (np.power takes 4-8 times as long)
+                    self.helpers.add("_cube")  # (the block of the four)
+                    return f"{power}({a[0]})"
             return f"np.power({a[0]}, {a[1]})"
         if op == "matmul":
             return self.matmul(n, a)

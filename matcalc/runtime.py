@@ -17,8 +17,25 @@ import numpy as np
 
 
 # helper: _cube
+# whole and half powers without np.power, which takes 4-8 times as long; the second step
+# writes into the first one's new array (a second large array costs its page faults)
 def _cube(t):
-    return np.square(t) * t  # (np.power(t, 3.0) takes 5-8 times as long)
+    return np.square(t) * t
+
+
+def _fourth(t):
+    s = np.square(t)
+    return np.square(s, out=s) if type(s) is np.ndarray else s * s
+
+
+def _inv_square(t):
+    s = np.square(t)
+    return np.divide(1.0, s, out=s) if type(s) is np.ndarray else 1.0 / s
+
+
+def _inv_sqrt(t):
+    s = np.sqrt(t)
+    return np.divide(1.0, s, out=s) if type(s) is np.ndarray else 1.0 / s
 
 
 # helper: _sigmoid

@@ -196,6 +196,8 @@ class _LinearMap:
         """The map as printed: the factored form when there is one (dW written once)."""
         if self.linear is None:
             return self._zero
+        if self._huge:  # (written with names: the factored form is built apart from them)
+            return self.linear
         return self._factored if self._factored is not None else self.linear
 
     @cached_property
@@ -284,12 +286,12 @@ class _LinearMap:
 
     @cached_property
     def _vec(self):
-        """The vec form, or None: also for a map too large to write out (too_long), whose
+        """The vec form, or None: also for a map too large to write out (MAX_TREE), whose
         Kronecker products would be larger still, and slow to collect (about L⁴ for L
         nested layers)."""
         from .vecform import vec_form
 
-        if self._huge:
+        if self.linear is not None and tree_size(self.linear) > MAX_TREE:
             return None
         vf = vec_form(self.linear, self.dW, self.out_node.shape)
         if vf is not None and self.symmetric:

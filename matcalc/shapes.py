@@ -686,7 +686,6 @@ class _Typer:
     def spelled_kind(self, kind: int, *nodes):
         """The first of nodes that is a name of ``kind`` (0 number, 1 vector) only by its
         spelling: undeclared, not defined, not I."""
-        nodes = [c.children[0] if c.kind == "T" else c for c in nodes]  # (mu.T: mu)
         return next((c for c in nodes if c.kind == "name" and c.value not in self.declared
                      and c.value not in self.def_ast and c.value not in IDENTITY_NAMES
                      and self.kind_of(c.value) == kind), None)
@@ -886,8 +885,8 @@ class _Typer:
                 return (sb[1], 1)
             hint = ""
             if self.is_scalar(sa) or self.is_scalar(sb):
-                greek = self.default_scalar_hint(b, *[a] * (a.kind == "T"))  # (X@theta: a column fits;
-                # mu.T@w: a column's transpose too; theta@X would need a row)
+                greek = self.default_scalar_hint(b, *([a.children[0]] if a.kind == "T" else []))  # (X@theta: a
+                # column fits; mu.T@w: a column's transpose too; theta@X and W@mu.T would need a row)
                 hint = f" (to scale by a scalar use *{'; ' + greek[2:-1] if greek else ''})"
             self.fail(n, f"cannot multiply {self.text(a)} ({self.show(sa)}) @ {self.text(b)} "
                          f"({self.show(sb)}): inner dimensions {ca} and {rb} differ{hint}")

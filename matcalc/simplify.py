@@ -430,10 +430,11 @@ def _common_denominator(flat, shape):
     if base.op != "add" or len(base.args) > 4 or any(top - k not in (0.0, 1.0) for _, _, k in parts):
         return None  # (only B itself written out, B a sum, can cancel against the other terms)
     terms = []
-    for c, num, k in parts:
+    for c, num, k in parts:  # (x/δ)ᵏ as xᵏ/δᵏ in the numerators and in B (its derivative's form)
+        num = s_mul(*[_quotient_power(f) for f in factors(num)]) if num.op == "mul" else _quotient_power(num)
         if k == top:
             terms.append(scale(c, num))
-        else:  # num∘B, B a sum: written out, (x/δ)ᵏ as xᵏ/δᵏ (its derivative's form: x²/δ² meets it)
+        else:  # num∘B, B a sum: written out
             terms.extend(scale(c, s_mul(num, _quotient_power(u))) for u in base.args)
     keys = [_key_of(split_coeff(t)[1]) for t in terms]
     if len(set(keys)) == len(keys):  # no like terms: nothing can cancel

@@ -143,6 +143,18 @@ def test_values_from_npy_and_csv_files(capsys, tmp_path):
     assert code == 0, err
     np.testing.assert_allclose(json.loads(out)["value"], want, rtol=1e-12)
     np.save(tmp_path / "c.npy", np.array([1 + 1j]))
-    for value, words in ((tmp_path / "nope.npy", "cannot read"), (tmp_path / "c.npy", "complex128")):
+    (tmp_path / "empty.csv").write_text("")
+    (tmp_path / "text.npy").write_text("not numbers")
+    for value, words in ((tmp_path / "nope.npy", "cannot read"), (tmp_path / "c.npy", "complex128"),
+                         (tmp_path / "empty.csv", "holds no numbers"), (tmp_path / "text.npy", "not a NumPy")):
         code, out, err = run(capsys, "derive", "sum(x**2)", "--wrt", "x", "--at", f"x={value}")
         assert code == 2 and words in err and "Traceback" not in err
+
+
+def test_a_table_of_one_row_is_a_matrix_of_one_row(capsys, tmp_path):
+    # a 1×3 .csv for a matrix W was read as a vector and refused
+    np.savetxt(tmp_path / "W.csv", [[1.0, 2.0, 3.0]], delimiter=",")
+    code, out, err = run(capsys, "derive", "sum(exp(W@x))", "--wrt", "W", "--at", f"W={tmp_path / 'W.csv'}",
+                         "--at", "x=[0.1, 0.2, 0.3]", "--json")
+    assert code == 0, err
+    np.testing.assert_allclose(json.loads(out)["value"], [np.exp(1.4) * np.array([0.1, 0.2, 0.3])], rtol=1e-12)

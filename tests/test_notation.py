@@ -295,3 +295,6 @@ def test_a_greek_name_transposed_before_a_vector_gets_the_declaration_hint():
     # finance's mu.T@w: "to scale by a scalar use *" only, where w.T@mu said mu is a number by its name
     with pytest.raises(ShapeError, match=r"mu is a number by its Greek name; to make it a vector declare it"):
         matcalc.derive("0.5*w.T@Sigma@w - mu.T@w", "w")
+    with pytest.raises(ShapeError) as info:  # W@mu.T would need mu a row: no such hint (and no internal error)
+        matcalc.derive("sum(W@mu.T)", "W")
+    assert "Greek" not in str(info.value)
