@@ -420,11 +420,9 @@ def framework_arguments(fname: str, kwargs: dict, params, user_shapes: dict, bac
     """(the arguments of a torch or jax function by their symbols' names, {each plain vector
     given as a column or row: the shape given}): names and shapes checked, NumPy arrays and
     lists as torch's tensors (torch_inputs), those vectors 1-D."""
-    from .function import check_arguments, check_shapes
-
     import numpy as np
 
-    from .function import as_floats
+    from .function import as_floats, check_arguments, check_shapes
 
     kwargs = check_arguments(fname, kwargs, params)
     for k, v in kwargs.items():
