@@ -584,8 +584,7 @@ class _Typer:
         if node.kind == "name" and node.value in self.def_ast:
             return self._entrywise_value(self.def_ast[node.value])
         if node.kind == "mul" and node.value == "@" and any(
-                (c.children[0] if c.kind == "T" else c).kind == "num" and (c.children[0] if c.kind == "T" else c).value
-                == 1 for c in node.children):
+                (o := c.children[0] if c.kind == "T" else c).kind == "num" and o.value == 1 for c in node.children):
             return True  # 1@r, u@1.T: a vector spread over a matrix (as gradients print one), to meet it entrywise
         if id(node) in self.outer:  # x - x.T: every pair of entries, to meet entrywise (weights of a graph)
             return True
