@@ -36,6 +36,42 @@ def definition_names(definitions: dict | None) -> dict:
     return out
 
 
+def regroup(e: Expr, names: dict) -> Expr:
+    """e with every sum that holds all the terms of a named sum written with that name:
+    x + h∘tanh(W x + b) + h∘tanh(W x₁ + b) − y is x₂ − y for x₂ = x₁ + h∘tanh(W x₁ + b) and
+    x₁ = x + h∘tanh(W x + b) (simplify flattens the definitions' sums into the ones they
+    meet); the largest named sums first.  The same value."""
+    sums = sorted(((_terms(n), n) for n in names if n.op == "add"), key=lambda t: -len(t[0]))
+    if not sums:
+        return e
+
+    def group(n):
+        if n.op != "add":
+            return n
+        terms = list(n.args)
+        for want, named in sums:
+            if named is n or len(want) >= len(terms) or named.shape != n.shape:
+                continue
+            rest = list(terms)
+            try:
+                for t in want:
+                    rest.remove(t)
+            except ValueError:  # (a term of the named sum is missing here)
+                continue
+            terms = [named] + rest
+        return n if len(terms) == len(n.args) and terms[0] is n.args[0] else Expr("add", tuple(terms), None, n.shape)
+
+    return ir.rebuild([e], group)[0]
+
+
+def _terms(e: Expr) -> list:
+    """The terms of a sum with the sums inside it opened: x₁ + h∘t is [x, h∘u, h∘t] for x₁ = x + h∘u."""
+    out = []
+    for t in e.args:
+        out.extend(_terms(t) if t.op == "add" else [t])
+    return out
+
+
 # the letter a value gets, by the function that made it
 LETTERS = {op.name: op.letter for op in REGISTRY.values() if op.letter}
 PRE_ACTIVATION = "z"

@@ -1,5 +1,6 @@
 """Names that never clash: dimension names avoid the symbols' names, automatic definition
 names avoid the user's."""
+import numpy as np
 import pytest
 
 import matcalc
@@ -106,3 +107,24 @@ def test_latex_of_greek_strings_and_letters_beyond_ascii():
     assert tex_name("αβ") == "\\alpha\\beta"  # was \mathrm{alphabeta}
     assert tex_name("xé") == "\\text{xé}" and tex_name("é") == "\\text{é}"  # é has no glyph in math mode
     assert tex_name("W1") == "W_{1}" and tex_name("ab") == "\\mathrm{ab}"
+
+
+def test_a_defined_sum_met_by_other_terms_keeps_its_name():
+    # Euler steps x2 = x1 + h*tanh(W@x1 + b): simplify flattened x2 into x2 - y, and the result
+    # wrote x + h*tanh(W@x + b) + h*tanh(W@x1 + b) - y three times (236 characters)
+    defs = {"x1": "x + h*tanh(W@x + b)", "x2": "x1 + h*tanh(W@x1 + b)"}
+    d = matcalc.derive("norm2(x2 - y)**2", "W", definitions=defs, shapes={"h": ()})
+    assert d.text.count("x2 - y") == 2 and len(d.text) <= 130
+    assert d.steps[-1].written == "the defined sums by their names"
+    rng = np.random.default_rng(0)
+    W, (x, b, y), h = rng.standard_normal((3, 3)), rng.standard_normal((3, 3)), 0.3
+
+    def lam(W):
+        x1 = x + h * np.tanh(W @ x + b)
+        return np.sum((x1 + h * np.tanh(W @ x1 + b) - y) ** 2)
+
+    fd = np.array([(lam(W + 1e-6 * E) - lam(W - 1e-6 * E)) / 2e-6 for E in np.eye(9).reshape(9, 3, 3)])
+    np.testing.assert_allclose(d.function(W=W, x=x, b=b, y=y, h=h), fd.reshape(3, 3), atol=1e-8)
+    # an MLP's output o = W2@h + b2 in o - y
+    assert matcalc.derive("norm2(o - y)**2", "W1", definitions={"h": "tanh(W1@x + b1)", "o": "W2@h + b2"}).text \
+        == "2*((W2.T@(o - y))*(1 - h**2))@x.T"
