@@ -441,11 +441,8 @@ def _is_complex(v) -> bool:
     import numpy as np
 
     dtype = getattr(v, "dtype", None)
-    if dtype is None:
-        try:
-            return isinstance(v, complex) or isinstance(v, (list, tuple)) and np.iscomplexobj(v)
-        except ValueError:  # (a ragged list: as_floats says so)
-            return False
+    if dtype is None:  # (lists: as_floats says so)
+        return isinstance(v, complex)
     flag = getattr(dtype, "is_complex", None)  # (a torch dtype)
     return flag if isinstance(flag, bool) else np.dtype(dtype).kind == "c"
 

@@ -250,11 +250,11 @@ def _read_array(name: str, path: str):
     """The array in a .npy file (np.load, no pickled objects) or a .csv/.txt table of numbers
     (np.loadtxt: commas, or spaces) as a 2-D table: one row or column is a row or column, which
     a vector or a number may be given as too."""
+    import warnings
+
     import numpy as np
 
     from .errors import DeriveError
-
-    import warnings
 
     npy = path.lower().endswith(".npy")
     try:

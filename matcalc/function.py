@@ -267,18 +267,13 @@ class GradientFunction:
         for name, value in kwargs.items():
             shape = self.user_shapes[name]
             try:
-                complex_ = np.iscomplexobj(value)
+                arr = as_floats(name, value)  # (None, text, complex: refused; asarray(None, float) is nan)
             except RuntimeError:  # (torch's: "Can't call numpy() on Tensor that requires grad")
                 if getattr(value, "requires_grad", False):
                     raise TypeError(f"{name} is a torch tensor that requires grad, and this is a NumPy function: "
                                     "for torch's autograd use matcalc.op(expr) or d.callable('torch'), or pass "
                                     f"{self.params[name]}.detach()") from None
                 raise
-            except (ValueError, TypeError) as e:  # (ragged lists)
-                raise _not_numbers(name, e) from None
-            if complex_:
-                raise TypeError(f"{name} is complex; matcalc's functions take real numbers")
-            arr = as_floats(name, value)  # (None, text: refused; asarray(None, float) is nan)
             if len(shape) == 0:
                 if arr.size != 1:
                     raise ShapeError(f"{name} is a scalar, got an array of shape {arr.shape}")
@@ -378,7 +373,8 @@ class GradientFunction:
 
 def as_floats(name, value):
     """value as a float array, or an error that names it: text ('1.5' too, which NumPy's float
-    conversion reads but no ufunc takes), None (nan in that conversion), ragged lists."""
+    conversion reads but no ufunc takes), None (nan in that conversion), ragged lists, complex
+    numbers (whose imaginary part that conversion drops)."""
     import numpy as np
 
     if value is None or isinstance(value, (str, bytes)):
@@ -387,6 +383,8 @@ def as_floats(name, value):
         raw = np.asarray(value)  # (one conversion: its dtype says what the entries were)
     except (ValueError, TypeError) as e:  # (ragged lists)
         raise _not_numbers(name, e) from None
+    if raw.dtype.kind == "c":
+        raise TypeError(f"{name} is complex; matcalc's functions take real numbers")
     held = "text" if raw.dtype.kind in "US" else None
     if raw.dtype.kind == "O":  # (a list of numbers and None or text: one look at each entry)
         flat = raw.reshape(-1)

@@ -59,7 +59,8 @@ def regroup(e: Expr, names: dict) -> Expr:
             except ValueError:  # (a term of the named sum is missing here)
                 continue
             terms = [named] + rest
-        return n if len(terms) == len(n.args) and terms[0] is n.args[0] else Expr("add", tuple(terms), None, n.shape)
+        return n if len(terms) == len(n.args) else Expr("add", tuple(terms), None, n.shape)  # (a named sum
+        # replaces two or more terms)
 
     return ir.rebuild([e], group)[0]
 

@@ -515,9 +515,7 @@ class _LinearMap:
         from .function import as_floats
 
         target = self._concrete(shape_user, values)
-        arr = as_floats(what, V)  # (after NumPy's reading: ragged lists raise there)
-        if np.iscomplexobj(np.asarray(V)):
-            raise TypeError(f"{what} is complex; matcalc's functions take real numbers")
+        arr = as_floats(what, V)
         if not target:
             if arr.size != 1:
                 raise ShapeError(f"{what} must be a scalar here, got an array of shape {arr.shape}")
