@@ -328,8 +328,8 @@ SPELLED = {"solve": "write inv(A)@B: matcalc computes it as a solve", "log_softm
             "exp2": "write exp(x*log(2))", "cbrt": "write x**(1/3)", "reciprocal": "write 1/x",
             "absolute": "write abs(x)", "vdot": "write x:y", "ones_like": "write 1 (it takes the other side's shape)",
             "prod": "matcalc has no product of entries; for positive x write exp(sum(log(x)))",
-            **dict.fromkeys(("amax", "nanmax", "argmax"), "matcalc has no largest entry; logsumexp(x) is a "
-                            "smooth maximum"),
+            **dict.fromkeys(("amax", "amin", "nanmax", "argmax"), "matcalc has no largest or smallest entry; "
+                            "logsumexp(x) is a smooth maximum"),
             **dict.fromkeys(("einsum", "tensordot"), "matcalc has no einsum: write the products with @, * and "
                             "sum(X, axis)")}
 
@@ -355,7 +355,7 @@ def _dot_hint(source: str, pos: int) -> str:
         if name == "pi":
             return f" (write pi without the {prefix}. prefix)"
         if name in ("max", "min", "amax", "amin") and not _two_arguments(source, k):  # np.max(x): a reduction
-            return f" ({chain}: matcalc has no largest or smallest entry; logsumexp(x) is a smooth maximum)"
+            return f" ({chain}: {SPELLED['amax']})"
         if not spelled and name and not _known_function(name):  # np.where: not matcalc's either
             how = SPELLED.get(name)
             return f" ({chain}: {how})" if how else f" ({chain} has no matcalc counterpart)"

@@ -898,7 +898,7 @@ class _Typer:
             close = difflib.get_close_matches(name, sorted(FUNCTIONS), n=1)
             spelled = self.spelled.get(name)
             if name in ("max", "min") and len(n.children) == 1:  # max(x): a reduction, not relu
-                spelled = "matcalc has no largest or smallest entry; logsumexp(x) is a smooth maximum"
+                spelled = _SPELLED["amax"]
             hint = f" ({spelled})" if spelled else f" (did you mean {close[0]}?)" if close else ""
             if not hint and (name in self.declared or self.source.count(name) > 1 and re.search(
                     rf"(?<![\w.]){re.escape(name)}(?!\s*\()", self.source)):  # W(1, 1) of a matrix W
