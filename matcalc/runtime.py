@@ -29,13 +29,16 @@ def _fourth(t):
 
 
 def _inv_square(t):
-    s = np.square(t)
-    return np.divide(1.0, s, out=s) if type(s) is np.ndarray else 1.0 / s
+    s = np.divide(1.0, t)  # (1/t first: t*t overflows where np.power's t**-2 is subnormal)
+    return np.square(s, out=s) if type(s) is np.ndarray else s * s
 
 
 def _inv_sqrt(t):
     s = np.sqrt(t)
-    return np.divide(1.0, s, out=s) if type(s) is np.ndarray else 1.0 / s
+    if type(s) is not np.ndarray:
+        return abs(1.0 / s)
+    np.divide(1.0, s, out=s)
+    return np.absolute(s, out=s)  # (sqrt(-0.0) is -0.0; np.power's (-0.0)**-0.5 is inf)
 
 
 # helper: _sigmoid

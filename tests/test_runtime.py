@@ -389,3 +389,21 @@ def test_whole_and_half_powers_without_np_power_agree_with_it(expr, numpy):
         np.testing.assert_allclose(d.function(x=x), numpy(x), rtol=1e-15)
         np.testing.assert_allclose(matcalc.derive(expr.replace("x", "X"), "X").function(X=X), numpy(X), rtol=1e-15)
     assert "np.power(" not in d.numpy_source
+
+
+@pytest.mark.parametrize("helper, k", [("_cube", 3.0), ("_fourth", 4.0), ("_inv_square", -2.0), ("_inv_sqrt", -0.5)])
+def test_power_helpers_give_np_powers_values_at_the_ends_of_the_floats(helper, k):
+    """Zeros of both signs, subnormal results (1.3e155**-2), overflow, inf, nan, negatives:
+    the value np.power gives (to 2 ulp), for an array, a 0-d array and a Python float."""
+    f = getattr(runtime, helper)
+    x = np.array([0.0, -0.0, 1e-150, 1e-160, 1.3e155, 1e100, 3.7, -2.5, 0.5, np.inf, -np.inf, np.nan])
+    if k == -0.5:
+        x = x[x != -np.inf]  # (C's pow(-inf, -0.5) is 0, sqrt(-inf) nan, as at every other negative)
+    with np.errstate(all="ignore"):
+        want = np.power(x, k)
+        got = f(x.copy())
+        np.testing.assert_allclose(got, want, rtol=5e-16, atol=0)
+        assert np.array_equal(np.signbit(got[want == want]), np.signbit(want[want == want]))  # (inf, not -inf)
+        for v in x:
+            np.testing.assert_allclose(f(float(v)), np.power(v, k), rtol=5e-16, atol=0)
+            np.testing.assert_allclose(f(np.array(v)), np.power(v, k), rtol=5e-16, atol=0)
