@@ -670,7 +670,7 @@ def _derive_one(expr, typed, wrt, syntax="matcalc", symmetric=(), form=None) -> 
         if G is not G0:
             hidden = steps[-1].expanded if steps else frozenset()
             steps.append(Step(term(G0, dW), term(G, dW), "the defined sums by their names", hidden,
-                              "\text{the defined sums by their names}"))
+                              "\\text{the defined sums by their names}"))
     if "d" + wrt in typed.symbols:  # a symbol named dW: the steps write W's differential d(W)
         names[dW] = DiffName(wrt, f"d({wrt})")
     if wrt in typed.spread and G.op == "const" and G.attr == 0.0:  # X@W + b, b per row, under softmax(·, 1)

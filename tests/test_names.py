@@ -116,6 +116,7 @@ def test_a_defined_sum_met_by_other_terms_keeps_its_name():
     d = matcalc.derive("norm2(x2 - y)**2", "W", definitions=defs, shapes={"h": ()})
     assert d.text.count("x2 - y") == 2 and len(d.text) <= 130
     assert d.steps[-1].written == "the defined sums by their names"
+    assert d.steps[-1].identity_latex == "\\text{the defined sums by their names}"  # (not a tab and "ext")
     rng = np.random.default_rng(0)
     W, (x, b, y), h = rng.standard_normal((3, 3)), rng.standard_normal((3, 3)), 0.3
 
