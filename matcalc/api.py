@@ -11,7 +11,7 @@ from .differential import differential
 from .errors import DeriveError, MatcalcError, NotationWarning, ShapeError, not_in_expression
 from .function import GradientFunction
 from .parse import parse
-from .naming import DiffName, auto_names, definition_names, definitions_in_order, regroup, shared_names
+from .naming import REGROUP_STEP, DiffName, auto_names, definition_names, definitions_in_order, regrouped, shared_names
 from .printing import dim_names, dim_sources, objective_tex, tex_name
 from .printing import to_latex as _to_latex
 from .printing import to_text as _to_text
@@ -663,14 +663,12 @@ def _derive_one(expr, typed, wrt, syntax="matcalc", symmetric=(), form=None) -> 
             hidden = steps[-1].expanded if steps else frozenset()
             steps.append(Step(term(G0, dW), term(G, dW), f"{IDENTITY}: {', '.join(shown)}", hidden,
                               IDENTITY_LATEX))
-    if any(node.op == "add" for node in user_names):  # x + h*tanh(W@x + b) - y: x2 - y
+    G0, G = G, regrouped(G, user_names)  # x + h*tanh(W@x + b) - y: x2 - y
+    if G is not G0:
         from .adjoint import term
 
-        G0, G = G, regroup(G, user_names)
-        if G is not G0:
-            hidden = steps[-1].expanded if steps else frozenset()
-            steps.append(Step(term(G0, dW), term(G, dW), "the defined sums by their names", hidden,
-                              "\\text{the defined sums by their names}"))
+        hidden = steps[-1].expanded if steps else frozenset()
+        steps.append(Step(term(G0, dW), term(G, dW), REGROUP_STEP[0], hidden, REGROUP_STEP[1]))
     if "d" + wrt in typed.symbols:  # a symbol named dW: the steps write W's differential d(W)
         names[dW] = DiffName(wrt, f"d({wrt})")
     if wrt in typed.spread and G.op == "const" and G.attr == 0.0:  # X@W + b, b per row, under softmax(·, 1)

@@ -37,32 +37,58 @@ def definition_names(definitions: dict | None) -> dict:
 
 
 def regroup(e: Expr, names: dict) -> Expr:
-    """e with every sum that holds all the terms of a named sum written with that name:
-    x + h∘tanh(W x + b) + h∘tanh(W x₁ + b) − y is x₂ − y for x₂ = x₁ + h∘tanh(W x₁ + b) and
-    x₁ = x + h∘tanh(W x + b) (simplify flattens the definitions' sums into the ones they
-    meet); the largest named sums first.  The same value."""
+    """e with every sum that holds all the terms of a named sum, each times one number k,
+    written with that name: x + h∘tanh(W x + b) + h∘tanh(W x₁ + b) − y is x₂ − y for
+    x₂ = x₁ + h∘tanh(W x₁ + b) and x₁ = x + h∘tanh(W x + b) (simplify flattens the
+    definitions' sums into the ones they meet), 2 W₂h + 2 b₂ − 2y is 2o − 2y for
+    o = W₂h + b₂; the largest named sums first.  The same value."""
     sums = sorted(((_terms(n), n) for n in names if n.op == "add"), key=lambda t: -len(t[0]))
     if not sums:
         return e
+    sums = [([ir.split_coeff(t) for t in want], named) for want, named in sums]
 
     def group(n):
         if n.op != "add":
             return n
         terms = list(n.args)
         for want, named in sums:
-            if named is n or len(want) >= len(terms) or named.shape != n.shape:
+            if named is n or len(want) > len(terms) or named.shape != n.shape:
                 continue
-            rest = list(terms)
-            try:
-                for t in want:
-                    rest.remove(t)
-            except ValueError:  # (a term of the named sum is missing here)
+            k, rest = _multiple(want, terms)
+            if k is None or (k == 1.0 and not rest):
                 continue
-            terms = [named] + rest
+            scaled = named if k == 1.0 else Expr("mul", (ir.const(k), named), None, named.shape)
+            terms = [scaled] + rest
+        if len(terms) == 1:
+            return terms[0]
         return n if len(terms) == len(n.args) else Expr("add", tuple(terms), None, n.shape)  # (a named sum
         # replaces two or more terms)
 
     return ir.rebuild([e], group)[0]
+
+
+REGROUP_STEP = ("the defined sums by their names", "\\text{the defined sums by their names}")  # (text, LaTeX)
+
+
+def regrouped(e: Expr, names: dict) -> Expr:
+    """regroup(e, names), where a name stands for a sum (else e itself, at no cost)."""
+    return regroup(e, names) if any(n.op == "add" for n in names) else e
+
+
+def _multiple(want: list, terms: list):
+    """(k, the other terms) if terms hold k·t for every term t = c·core of want (as
+    (c, core) pairs), one number k for all; else (None, None)."""
+    rest, k = list(terms), None
+    for c, core in want:
+        for i, t in enumerate(rest):
+            ct, tcore = ir.split_coeff(t)
+            if tcore == core and c != 0.0 and (k is None or ct == k * c):
+                k = ct / c if k is None else k
+                del rest[i]
+                break
+        else:
+            return None, None
+    return k, rest
 
 
 def _terms(e: Expr) -> list:

@@ -22,7 +22,7 @@ from .api import MAX_TREE, Results, _typed_any, as_text, differential_free, too_
 from .adjoint import Step, pullback
 from .differential import differential
 from .errors import DeriveError, NotationWarning, ShapeError, not_in_expression, with_notes
-from .naming import definition_names, definitions_in_order, shared_names
+from .naming import REGROUP_STEP, definition_names, definitions_in_order, regrouped, shared_names
 from .ir import tree_size
 from .printing import dim_names, objective_tex, tex_name, to_latex, to_text
 from .simplify import settle, simplify, stabilize
@@ -191,14 +191,15 @@ class _LinearMap:
     def _zero(self):
         return ir.const(0.0, self.out_node.shape)
 
-    @property
+    @cached_property
     def _shown(self):
-        """The map as printed: the factored form when there is one (dW written once)."""
+        """The map as printed: the factored form when there is one (dW written once), with
+        the defined sums by their names."""
         if self.linear is None:
             return self._zero
         if self._huge:  # (written with names: the factored form is built apart from them)
             return self.linear
-        return self._factored if self._factored is not None else self.linear
+        return regrouped(self._factored if self._factored is not None else self.linear, self._user_names)
 
     @cached_property
     def _dims(self) -> dict:
@@ -283,6 +284,13 @@ class _LinearMap:
         return Step(wrap(before), wrap(self._factored),
                     "collect d" + self.wrt + ": vec(A dW Bᵀ) = (B ⊗ A) vec(dW) read back", frozenset(),
                     "\\text{collect } \\mathrm{d}" + tex_name(self.wrt))
+
+    def _regroup_step(self, wrap=lambda e: e):
+        """The step that writes the defined sums by their names, if any."""
+        before = self._factored if self._factored is not None else self.linear
+        if self.linear is None or self._huge or self._shown is before:
+            return None
+        return Step(wrap(before), wrap(self._shown), REGROUP_STEP[0], frozenset(), REGROUP_STEP[1])
 
     @cached_property
     def _vec(self):
@@ -662,9 +670,9 @@ class Jacobian(_LinearMap):
                 self.steps.append(Step(raw, linear, "simplify (collect like terms, fold constants)",
                                        frozenset(), "\\text{simplify}"))
             if linear is not None:
-                step = self._factor_step(linear)
-                if step is not None:
-                    self.steps.append(step)
+                for step in (self._factor_step(linear), self._regroup_step()):
+                    if step is not None:
+                        self.steps.append(step)
 
     def __repr__(self):
         return f"<Jacobian dF = {self.text} (d{self.wrt}), matrix {self._matrix_text}>"
@@ -834,6 +842,9 @@ class Hessian(_LinearMap):
                 self.steps.append(step)
                 lin = self._factored
         self.steps.append(Step(ir.frob(lin, dWi), ir.frob(dWi, lin), note, frozenset(), note_tex))
+        step = self._regroup_step(lambda e: ir.frob(dWi, e))
+        if step is not None:
+            self.steps.append(step)
 
     def __repr__(self):
         return f"<Hessian H[d{self.wrt}] = {self.text}, matrix {self._matrix_text}>"

@@ -284,8 +284,10 @@ class VecForm:
         return {**self.names, **out}
 
     def _print(self, e: Expr, names: dict, latex: bool) -> str:
+        from .naming import regrouped
         from .printing import to_latex, to_text
 
+        e = regrouped(e, self.names)  # (x2 - y, not its terms, for a defined x2)
         if self.symmetric:  # kron(inv(S).T, inv(S)) of a symmetric S is kron(inv(S), inv(S))
             from .symmetric import use_symmetry
 

@@ -129,3 +129,56 @@ def test_a_defined_sum_met_by_other_terms_keeps_its_name():
     # an MLP's output o = W2@h + b2 in o - y
     assert matcalc.derive("norm2(o - y)**2", "W1", definitions={"h": "tanh(W1@x + b1)", "o": "W2@h + b2"}).text \
         == "2*((W2.T@(o - y))*(1 - h**2))@x.T"
+
+
+def _fd(f, X, h=1e-6):
+    """Central differences of f (array -> array) in every entry of X: (size f, size X), column-major."""
+    cols = []
+    for k in range(X.size):
+        E = np.zeros(X.size)
+        E[k] = h
+        E = E.reshape(X.shape, order="F")
+        cols.append(((np.asarray(f(X + E)) - np.asarray(f(X - E))) / (2 * h)).ravel(order="F"))
+    return np.array(cols).T
+
+
+MLP = {"h": "tanh(W1@x + b1)", "o": "W2@h + b2"}
+
+
+def test_a_defined_sum_met_times_a_number_keeps_its_name():
+    # 2*(o - y) was written 2*W2@h + 2*b2 - 2*y; u = x + y in 2*x + 2*y - 1
+    d = matcalc.derive("norm2(o - y)**2 + sum(log(1 + exp(o - y)))", "W2", definitions=MLP)
+    assert d.text == "(2*o + sigmoid(o - y) - 2*y)@h.T"
+    assert matcalc.derive("sum(u*u) - sum(u)", "x", definitions={"u": "x + y"}).text == "2*u - 1"
+    rng = np.random.default_rng(3)
+    W1, W2 = rng.standard_normal((4, 3)), rng.standard_normal((5, 4))
+    x, b1, b2, y = rng.standard_normal(3), rng.standard_normal(4), rng.standard_normal(5), rng.standard_normal(5)
+
+    def lam(W2):
+        o = W2 @ np.tanh(W1 @ x + b1) + b2
+        return np.sum((o - y) ** 2) + np.sum(np.log1p(np.exp(o - y)))
+
+    np.testing.assert_allclose(d.function(W1=W1, W2=W2, x=x, b1=b1, b2=b2, y=y),
+                               _fd(lam, W2).reshape(W2.shape, order="F"), atol=1e-7)
+
+
+def test_hessians_and_jacobians_write_defined_sums_by_their_names():
+    H = matcalc.hessian("sum(log(1 + exp(o - y)))", "b2", definitions=MLP)
+    assert H.text == "sigmoid(o - y)*(1 - sigmoid(o - y))*db2"  # (was sigmoid(W2@h + b2 - y) twice)
+    assert H.kron == "Diag(sigmoid(o - y)*(1 - sigmoid(o - y)))"
+    assert H.steps[-1].identity == "the defined sums by their names"
+    defs = {"x1": "x + h*tanh(W@x + b)", "x2": "x1 + h*tanh(W@x1 + b)"}
+    J = matcalc.jacobian("tanh(x2 - y)", "b", definitions=defs, shapes={"h": ()})
+    assert "tanh(x2 - y)" in J.text and "x + h*tanh" not in J.text
+    rng = np.random.default_rng(4)
+    W1, W2 = rng.standard_normal((4, 3)), rng.standard_normal((5, 4))
+    x, b1, b2, y = rng.standard_normal(3), rng.standard_normal(4), rng.standard_normal(5), rng.standard_normal(5)
+    grad = lambda b2: 1 / (1 + np.exp(-(W2 @ np.tanh(W1 @ x + b1) + b2 - y)))  # noqa: E731  (∂λ/∂b2)
+    np.testing.assert_allclose(H.matrix(W1=W1, W2=W2, x=x, b1=b1, b2=b2, y=y), _fd(grad, b2), atol=1e-8)
+    W, (x, b, y), h = rng.standard_normal((3, 3)), rng.standard_normal((3, 3)), 0.3
+
+    def F(b):
+        x1 = x + h * np.tanh(W @ x + b)
+        return np.tanh(x1 + h * np.tanh(W @ x1 + b) - y)
+
+    np.testing.assert_allclose(J.matrix(W=W, x=x, b=b, y=y, h=h), _fd(F, b), atol=1e-8)
