@@ -203,6 +203,8 @@ class _Typer:
         self.shape: dict = {}         # id(ast node) -> (r, c)
         self.special: dict = {}       # id(ast node) -> 'inner' | 'vecmat' | 'ones'
         self.greek_noted: set = set()  # Greek names already noted as numbers added to arrays
+        self.diag_args: set = set()   # names that are Diag's argument (Diag(psi)): vectors, even Greek
+        self.diag_name = "Diag"       # (MATLAB's diag of a vector)
         self.spread: dict = {}  # an undeclared vector spread over a matrix's columns -> what NumPy does
         self.attrs: dict = {}         # id(call node) -> its integer parameter (an axis, a power)
         self.pending: list = []       # product dimensions still to be decided
@@ -357,6 +359,11 @@ class _Typer:
                 kind = len(spec)
             else:
                 kind = self.kind_of(name)
+                if kind == 0 and name in self.diag_args:  # Diag(psi): the diagonal of entries psi
+                    kind = 1
+                    self.note(node, f"{name} is read as a vector, the diagonal of {self.diag_name}({name}) (undeclared "
+                                    f"it is a number elsewhere, {self.why_number(name)}); for a number on the "
+                                    f"diagonal write {name}*I")
                 spec = tuple(self.fresh() for _ in range(kind))
                 if kind == 1 and name.lower() in NUMBER_LIKE_NAMES:
                     self.note(node, f"{name} is a vector by the spelling of its name (lower case, not Greek); "
@@ -703,6 +710,17 @@ class _Typer:
         return (f" ({c.value} is a number {self.why_number(c.value)}; to make it a vector declare it: "
                 f"shapes={{'{c.value}': ('n',)}}, --shape {c.value}=n)") if c else ""
 
+    def scalar_diag_hint(self, *operands) -> str:
+        """For Diag(s) or diag(s) of a number s among (node, shape) operands, which is s itself
+        (1×1, as np.diag and MATLAB's diag make it): how to write s on a diagonal."""
+        for c, s in operands:
+            if c.kind == "call" and c.value in ("Diag", "diag") and len(c.children) == 1 and self.is_scalar(s):
+                arg = self.text(c.children[0])
+                arg = f"({arg})" if c.children[0].kind in ("add", "frob") else arg
+                return (f" ({self.text(c)} of a number is that number, 1×1: for {arg} on the diagonal write "
+                        f"{arg}*I; for a diagonal of entries, a vector)")
+        return ""
+
     def broadcast(self, n, children, shapes, verb):
         """Elementwise operands: equal shapes, a scalar, or (as NumPy does with (1, m) and
         (n, 1) arrays) a row vector over the rows / a column vector over the columns of a
@@ -710,6 +728,11 @@ class _Typer:
         arrays = [(c, s) for c, s in zip(children, shapes) if not self.is_scalar(s)]
         if not arrays:
             return (1, 1)
+        hint = self.scalar_diag_hint(*zip(children, shapes))
+        if hint:  # W@W.T + Diag(s): s on every entry, never what is meant
+            c = next(c for c in children if self.scalar_diag_hint((c, (1, 1))))
+            self.fail(c, f"cannot {verb} {self.text(c)} (a number) and {self.text(arrays[0][0])} "
+                         f"({self.show(arrays[0][1])}) entry by entry in {self.text(n)}{hint}")
         if verb == "add":  # x - mu: a Greek name is a number unless declared; say so where it broadcasts
             for c in children:
                 hint = self.default_scalar_hint(c) if c.kind == "name" and c.value not in self.greek_noted \
@@ -882,8 +905,8 @@ class _Typer:
             if ca == 1 and ra != 1 and cb != 1 and n.value == "@" and self.unify(ra, rb):
                 self.special[id(n)] = "vecmat"  # x@A of a vector x: xᵀA as a vector (NumPy's 1-D x@A), Aᵀx
                 return (sb[1], 1)
-            hint = ""
-            if self.is_scalar(sa) or self.is_scalar(sb):
+            hint = self.scalar_diag_hint((a, sa), (b, sb))
+            if not hint and (self.is_scalar(sa) or self.is_scalar(sb)):
                 greek = self.default_scalar_hint(b, *([a.children[0]] if a.kind == "T" else []))  # (X@theta: a
                 # column fits; mu.T@w: a column's transpose too; theta@X and W@mu.T would need a row)
                 hint = f" (to scale by a scalar use *{'; ' + greek[2:-1] if greek else ''})"
@@ -1142,6 +1165,24 @@ def _in_definition(name: str, text: str) -> str:
     seem to close a parenthesis around it)."""
     return f'in the definition of {name} ("{name} = {text[:60]}"): '
 
+def _diag_args(trees, name: str) -> set:
+    """The names that are the one argument of a call of name (Diag(psi)) in the trees."""
+    out, todo = set(), [t for t in trees if t is not None]
+    while todo:
+        n = todo.pop()
+        if n.kind == "call" and n.value == name and len(n.children) == 1 and n.children[0].kind == "name":
+            out.add(n.children[0].value)
+        todo.extend(c for c in n.children if isinstance(c, Node))
+    return out
+
+
+def _parsed_or_none(parse, text):
+    try:
+        return parse(text) if isinstance(text, str) else None
+    except Exception:  # (its error is raised, named, where the definition is typed)
+        return None
+
+
 def typecheck(ast: Node, source: str, declared: dict | None = None,
               definitions: dict | None = None, syntax: str = "matcalc", symmetric=()) -> Typed:
     """Type ``ast``; ``definitions`` maps names to the text of their values, each may use
@@ -1165,6 +1206,8 @@ def typecheck(ast: Node, source: str, declared: dict | None = None,
     used = {w for text in texts for w in re.findall(r"[^\W\d]\w*", text)}
     used |= {k for k in (definitions or {}) if isinstance(k, str)} | set(declared or {})
     t.user_dim_names = t.user_dim_names | used
+    t.diag_name = "diag" if syntax == "matlab" else "Diag"
+    t.diag_args = _diag_args([ast] + [_parsed_or_none(parse, v) for v in (definitions or {}).values()], t.diag_name)
     t._names = (n for n in _letters() if n not in t.user_dim_names)
     parsed = []
     for name, text, tree in _in_use_order(definitions or {}, parse):

@@ -298,3 +298,27 @@ def test_a_greek_name_transposed_before_a_vector_gets_the_declaration_hint():
     with pytest.raises(ShapeError) as info:  # W@mu.T would need mu a row: no such hint (and no internal error)
         matcalc.derive("sum(W@mu.T)", "W")
     assert "Greek" not in str(info.value)
+
+
+def test_the_argument_of_diag_is_a_vector_even_with_a_greek_name():
+    # factor analysis: logdet(W@W.T + Diag(psi)) was W@W.T + psi on every entry (psi a number)
+    d, notes = notes_of("logdet(W@W.T + Diag(psi))", "psi", shapes={"W": (4, 3)})
+    assert any("psi is read as a vector, the diagonal of Diag(psi)" in str(n) for n in notes)
+    rng = np.random.default_rng(0)
+    W, psi = rng.standard_normal((4, 3)), rng.uniform(0.5, 2, 4)
+    lam = lambda p: np.linalg.slogdet(W @ W.T + np.diag(p))[1]  # noqa: E731
+    fd = [(lam(psi + 1e-6 * e) - lam(psi - 1e-6 * e)) / 2e-6 for e in np.eye(4)]
+    np.testing.assert_allclose(d.function(W=W, psi=psi), fd, atol=1e-8)
+    # MATLAB's diag of a vector, with a name that is a number by that syntax's naming
+    d, notes = notes_of("x'*diag(d)*x", "x", syntax="matlab")
+    x, dd = rng.standard_normal(3), rng.standard_normal(3)
+    np.testing.assert_allclose(d.function(x=x, d=dd), 2 * dd * x)
+    assert any("d is read as a vector" in str(n) and "MATLAB" in str(n) for n in notes)
+
+
+@pytest.mark.parametrize("expr", ["logdet(W@W.T + Diag(psi))", "x.T@Diag(psi)@x", "sum(X*Diag(psi))"])
+def test_diag_of_a_declared_number_met_by_an_array_is_refused_with_the_way_to_write_it(expr):
+    with pytest.raises(ShapeError) as e:
+        matcalc.derive(expr, wrt="psi", shapes={"psi": ()})
+    assert "Diag(psi) of a number is that number, 1×1: for psi on the diagonal write psi*I" in str(e.value)
+    assert matcalc.derive("tr(Diag(psi))", "psi", shapes={"psi": ()}).text == "1"  # (alone it is psi)
