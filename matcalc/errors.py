@@ -95,13 +95,14 @@ def not_in_expression(wrt: str, names) -> DeriveError:
     import difflib
 
     names = list(names)
+    pi = (f" ({wrt} is the number π unless its shape is declared: shapes={{'{wrt}': ('n',)}}, --shape {wrt}=n)"
+          if wrt in ("pi", "π") else "")
     if not names:
         return DeriveError(f"{wrt!r} does not occur in the expression, which has no symbols: "
-                           f"it is a constant")
+                           f"it is a constant{pi}")
     close = [n for n in names if n.lower() == wrt.lower()] or difflib.get_close_matches(wrt, names, n=1)
     hint = f" (did you mean {close[0]}?)" if close else ""
-    if wrt == "pi":
-        hint = " (pi is the number π unless its shape is declared: shapes={'pi': ('n',)}, --shape pi=n)"
+    hint = pi or hint
     several = [w.strip() for w in wrt.replace(" ", ",").split(",") if w.strip()]
     if len(several) > 1 and all(w in names for w in several):  # "X,W": one wrt per name
         hint = (f" (for several, give each its own: --wrt {' --wrt '.join(several)}, or "

@@ -47,6 +47,7 @@ _USER = ops.user_functions()
 FUNCTIONS = set(_USER)
 ALIASES = {alias: op.name for alias, op in _USER.items() if alias != op.name}
 IDENTITY_NAMES = ("I", "eye")
+PI_NAMES = ("pi", "π")  # the number unless declared or defined
 
 def _is_name(s: str) -> bool:
     """A name as the grammar reads one (n, d_in, λ; not ³, ① or xᵀ): dimensions and definitions."""
@@ -376,7 +377,7 @@ class _Typer:
     def is_pi(self, name) -> bool:
         """pi is the number π (NumPy's np.pi, MATLAB's pi) unless declared or defined: a
         policy π as a vector is then declared, shapes={"pi": ("n",)}."""
-        return name == "pi" and name not in self.declared and name not in self.def_ast
+        return name in PI_NAMES and name not in self.declared and name not in self.def_ast
 
     @staticmethod
     def declared_shape(spec):

@@ -104,6 +104,15 @@ def test_pi_is_the_number_unless_declared():
     np.testing.assert_allclose(d.function(pi=p), np.log(p) + 1, rtol=1e-14)
     with pytest.raises(matcalc.MatcalcError, match="pi is the number π unless its shape is declared"):
         matcalc.derive("sum(pi*x)", "pi")
+    # the letter π too (it was a symbol the function asked for), and the hint where it is all there is
+    d = matcalc.derive("sum(exp(-x**2/2)/sqrt(2*π))", "x")
+    np.testing.assert_allclose(d.function(x=x), -x * np.exp(-x ** 2 / 2) / np.sqrt(2 * np.pi), rtol=1e-14)
+    p = np.array([0.2, 0.3, 0.5])
+    np.testing.assert_allclose(matcalc.derive("sum(π*log(π))", "π", shapes={"π": ("n",)}).function(π=p),
+                               np.log(p) + 1, rtol=1e-14)
+    for name in ("pi", "π"):
+        with pytest.raises(matcalc.MatcalcError, match=f"{name} is the number π unless its shape is declared"):
+            matcalc.derive(f"sum({name}*log({name}))", name)
     d = matcalc.derive(sp.pi * sp.Trace(sp.MatrixSymbol("X", 3, 3)), "X")
     np.testing.assert_allclose(d.function(X=np.zeros((3, 3))), np.pi * np.eye(3), rtol=1e-14)
 
