@@ -293,7 +293,7 @@ class Derivation:
         shapes = {k: self.user_shapes[k] for k in self._params}
         f = GradientFunction(self.numpy_source, fname, params, shapes, self.shape)
         f.wrt = self.wrt if self.wrt in shapes else None
-        f.spread = self._spread
+        f.spread, f.symmetric = self._spread, self.symmetric
         return f
 
     @cached_property
@@ -528,9 +528,25 @@ def _scalar_hint(expr, typed, shapes, definitions, syntax, symmetric, wrt=()) ->
         if scalar_with({**shapes, name: ()}):
             return (f"; {name} is a vector by the spelling of its name: declared a number "
                     f"(shapes={{'{name}': ()}}, --shape {name}=scalar), it makes λ a scalar")
+    for i, a in enumerate(spelled[:8]):  # softplus(-R@w - t)/(n*(1 - beta)): two of them
+        for b in spelled[i + 1:8]:
+            if perf_counter() - start > 0.2:
+                return ""
+            if scalar_with({**shapes, a: (), b: ()}):
+                return (f"; {a} and {b} are vectors by the spelling of their names: declared numbers "
+                        f"(shapes={{'{a}': (), '{b}': ()}}, --shape {a}=scalar --shape {b}=scalar), "
+                        f"they make λ a scalar")
+    from .shapes import greek
+
+    dim = next(d for d in ("n", "m", "k", "p") if d not in typed.symbols)
+    for name in [n for n in typed.symbols if n not in shapes and greek(n)][:12]:  # mu'*w: mu a vector
+        if perf_counter() - start > 0.2:
+            return ""
+        if scalar_with({**shapes, name: (dim,)}):
+            return (f"; {name} is a number by its Greek name: declared a vector "
+                    f"(shapes={{'{name}': ('{dim}',)}}, --shape {name}={dim}), it makes λ a scalar")
     if syntax == "matlab":  # a'*X*b: a–g are numbers by the MATLAB syntax's naming
         from .matlab import matlab_kind
-        from .shapes import greek
 
         numbers = [n for n in typed.symbols if n not in shapes and matlab_kind(n) == 0 and not greek(n)]
         for dims in (["m", "n", "k", "p", "q", "r", "s"], ["n"] * 7):  # (a'*inv(X)*b: one length)
@@ -749,7 +765,7 @@ class ValueAndGrad:
         self.numpy_source = module_source([src])
         self.function = GradientFunction(self.numpy_source, "value_and_grad", params, self.user_shapes)
         self.function.grads_like = tuple(n for n in names if n in self.user_shapes)
-        self.function.spread = first._spread
+        self.function.spread, self.function.symmetric = first._spread, first.symmetric
         self._emit_args = (outputs, doc, returns)
 
     def source(self, backend: str = "numpy") -> str:

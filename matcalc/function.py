@@ -242,6 +242,21 @@ class GradientFunction:
         return f"<matcalc function {self.name}({', '.join(self.params)})>"
 
     spread = ()  # vectors the expression spreads over a matrix's columns (X@W + b): named in shape errors
+    symmetric = ()  # matrices declared symmetric (symmetric=): their values are checked to be
+
+    def _check_symmetric(self, out: dict) -> None:
+        """A value given for a matrix declared symmetric is symmetric (to rounding): the results
+        use Sᵀ = S, and are wrong at any other matrix."""
+        np = self._np
+        for name in self.symmetric:
+            S = out.get(self.params.get(name))
+            if S is None or np.ndim(S) != 2 or S.shape[0] != S.shape[1]:
+                continue
+            gap = float(np.max(np.abs(S - S.T), initial=0.0))
+            if not gap <= 1e-8 * float(np.max(np.abs(S), initial=0.0)):  # (nan too)
+                raise ValueError(f"{self.name}: {name} is declared symmetric, but its value is not (max |{name} - "
+                                 f"{name}ᵀ| = {gap:.3g}); the results hold where {name}ᵀ = {name}: give a symmetric "
+                                 f"{name}, such as ({name} + {name}.T)/2")
 
     def convert(self, kwargs: dict, checked: bool = False) -> dict:
         """The arguments as the emitted function takes them (``checked``: their names are)."""
@@ -314,13 +329,15 @@ class GradientFunction:
             out[self.params[name]] = arr
         if not self._fast:  # (a product of dimensions turns the fast path off)
             sizes.check_products()
+        if self.symmetric:
+            self._check_symmetric(out)
         return out
 
     def __call__(self, /, *args, **kwargs):
         if args:
             raise by_name(self.name, args, self.params)
         # fast path: float64 arrays of the right ranks under their own names
-        if self._fast and kwargs.keys() == self._keys:
+        if self._fast and kwargs.keys() == self._keys and not self.symmetric:
             nd = self._ndarray
             for k, d in self._ndims:
                 v = kwargs[k]

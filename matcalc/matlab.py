@@ -69,12 +69,12 @@ class MatlabTyper(_Typer):
                "power": "write x.^k", "var": "write mean((x - mean(x)).^2)",
                "cross_entropy": "write -y'*log(softmax(z))", "ones": "vector(1) and matrix(1) are all ones, "
                "sized by what they meet (x - vector(1))", "zeros": "write 0 (it takes the other side's shape)",
-               "eye": "the identity is I (or eye), without a size: it takes its size from what it meets "
-               "(I + X*X')", "identity": "the identity is I, sized by what it meets",
+               "eye": "the identity is I, eye or eye(n): I takes its size from what it meets (I + X*X'), "
+               "eye(n) has n rows and columns", "identity": "the identity is I, sized by what it meets",
                "solve": "write inv(A)*B: matcalc computes it as a solve",
                "numel": "write size(X, 1)*size(X, 2)", "length": "write size(x, 1)",
-               "norm": "norm(x) is the 2-norm of a vector; for norm(x, 1) write norm1(x), for the "
-                       "Frobenius norm of a matrix norm2(X)"}
+               "norm": "norm(x), norm(x, 2) and norm(x, 1) of a vector are norm2(x) and norm1(x); for the "
+                       "Frobenius norm of a matrix write norm2(X); other orders are not available"}
 
     numpy_rows = False  # (no NumPy to compare with)
 

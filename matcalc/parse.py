@@ -293,15 +293,16 @@ SPELLED = {"solve": "write inv(A)@B: matcalc computes it as a solve", "log_softm
             "write log(softmax(z)), which matcalc computes as z - logsumexp(z)", "outer": "write x@y.T",
             "dot": "write x.T@y or x:y", "trace": "write tr(A)", "transpose": "write A.T",
             "maximum": "write relu(x - y) + y", "square": "write x**2",
-            "norm": "norm(x) is the 2-norm, Frobenius for a matrix (np.linalg.norm's default); "
-                    "for norm(x, 1) write norm1(x), for norm(x, 2) of a vector norm(x)",
+            "norm": "norm(x), norm(x, 2) and norm(x, 1) of a vector are norm2(x) and norm1(x), norm(X) of a "
+                    "matrix Frobenius (np.linalg.norm's default); a matrix's 2-norm (its largest singular "
+                    "value) and other orders are not available",
             "max": "max(0, z) is relu(z), max(x, y) is relu(x - y) + y",
             "min": "min(0, z) is -relu(-z), min(x, y) is x - relu(x - y)",
             "minimum": "write x - relu(x - y)", "pow": "write x**k", "power": "write x**k",
             "inner": "write x.T@y or x:y", "matmul": "write A@B", "var": "write mean((x - mean(x))**2)",
             "σ": "write sigmoid(z)", "cross_entropy": "write -y:log(softmax(z))", "clip": "matcalc has "
-            "no clip; relu(x) clips at 0", "eye": "the identity is I (or eye), without a size: it takes "
-            "its size from what it meets (I + X@X.T, W@I)", "identity": "the identity is I, sized by what it meets",
+            "no clip; relu(x) clips at 0", "eye": "the identity is I, eye or eye(n): I takes its size from "
+            "what it meets (I + X@X.T, W@I), eye(n) has n rows and columns", "identity": "the identity is I, sized by what it meets",
             "zeros": "write 0 (beside +, - or : it takes the other side's shape), or 0*ones(rows, cols)",
             "expm": "matcalc has no matrix exponential; exp(X) is entry by entry",
             "logm": "matcalc has no matrix logarithm; log(X) is entry by entry (logdet(X) = tr(logm(X)))",

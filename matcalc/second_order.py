@@ -512,6 +512,7 @@ class _LinearMap:
 
         gf = GradientFunction(self.numpy_source, self._fnames["dense"], sanitize(self._params),
                               self.user_shapes, fixed_forms=self._fixed_forms)
+        gf.symmetric = self.symmetric
         return gf
 
     def _fn(self, key):

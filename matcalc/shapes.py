@@ -206,6 +206,9 @@ class _Typer:
         self.greek_noted: set = set()  # Greek names already noted as numbers added to arrays
         self.diag_args: set = set()   # names that are Diag's argument (Diag(psi)): vectors, even Greek
         self.diag_name = "Diag"       # (MATLAB's diag of a vector)
+        self.power_noted: set = set()  # id(X**k) noted as entrywise inside a matrix product
+        self.quotient_noted: dict = {}  # id(a/b) -> its note, where a/b@c is (a/b)@c
+        self.renamed: dict = {}       # id(call) -> the function it is: norm(x, 1) is norm1(x)
         self.spread: dict = {}  # an undeclared vector spread over a matrix's columns -> what NumPy does
         self.attrs: dict = {}         # id(call node) -> its integer parameter (an axis, a power)
         self.pending: list = []       # product dimensions still to be decided
@@ -666,11 +669,53 @@ class _Typer:
             self.noted[id(n)] = (self.notes[-1], chain)
         return out
 
+    def quotient_note(self, n):
+        """x.T@A@x/x.T@B@x is ((x.T@A@x)/x.T)@B@x, as in Python: said once, on the whole chain
+        after the quotient (a longer chain replaces the note of its start)."""
+        d = n.children[0]
+        while d.kind == "mul" and d.value == "@" and not _wrapped(self.text(d)):
+            d = d.children[0]
+        if not (d.kind == "mul" and d.value == "/" and not self.is_scalar(self.shape[id(d.children[1])])
+                and not _wrapped(self.text(d))):
+            return
+        num, den = (self.text(c) for c in d.children)
+        num = num if d.children[0].kind in ("name", "num", "call", "T") or _wrapped(num) else f"({num})"
+        rest = self.source[d.end:n.end].strip()
+        said = self.quotient_noted.get(id(d))
+        if said is not None:
+            self.notes.remove(said)
+        self.note(n, f"/ and @ bind equally, left to right: {self.text(n)} is ({self.text(d)}){rest}; for a "
+                     f"quotient write {num}/({den}{rest})")
+        self.quotient_noted[id(d)] = self.notes[-1]
+
+    def known_apart(self, a, b) -> bool:
+        """Whether two dimensions are known to differ (declared 5 and 3, or n and m)."""
+        a, b = self.find(a), self.find(b)
+        return not isinstance(a, (Var, Prod)) and not isinstance(b, (Var, Prod)) and a != b
+
+    def matrix_power_note(self, *nodes):
+        """For X**k (k = 2, 3, …) of a square matrix X as a factor of @ or in tr, det, logdet, inv,
+        where paper notation means the matrix power: say it is entrywise."""
+        for p in nodes:
+            if p.kind != "pow" or id(p) in self.power_noted:
+                continue
+            base, ex = p.children
+            shape = self.shape.get(id(base))
+            k = ex.value if ex.kind == "num" else None
+            if shape is None or not self.is_matrix(shape) or self.known_apart(*shape) or k is None \
+                    or k != int(k) or not 2 <= k <= 4:
+                continue
+            self.power_noted.add(id(p))
+            b = self.text(base)
+            b = b if base.kind in ("name", "call", "T") or b.startswith("(") and b.endswith(")") else f"({b})"
+            self.note(p, f"{self.text(p)} raises every entry of {b} to the power {int(k)}; for the "
+                         f"matrix power write {'@'.join([b] * int(k))}")
+
     def power_notes(self, n, kid):
         base, ex = n.children
         k = -ex.children[0].value if ex.kind == "neg" and ex.children[0].kind == "num" else \
             (ex.value if ex.kind == "num" else None)
-        if k is not None and k < 0 and self.is_matrix(kid[0]):
+        if k is not None and k < 0 and self.is_matrix(kid[0]) and not self.known_apart(*kid[0]):
             self.note(n, f"{self.text(n)} raises every entry of {self.text(base)} to the power {k:g}; "
                          f"for the matrix inverse write inv({self.text(base)})"
                          + (f"@inv({self.text(base)})" * (int(-k) - 1) if k == int(k) and -k <= 3 else ""))
@@ -734,13 +779,14 @@ class _Typer:
             c = next(c for c in children if self.scalar_diag_hint((c, (1, 1))))
             self.fail(c, f"cannot {verb} {self.text(c)} (a number) and {self.text(arrays[0][0])} "
                          f"({self.show(arrays[0][1])}) entry by entry in {self.text(n)}{hint}")
-        if verb == "add":  # x - mu: a Greek name is a number unless declared; say so where it broadcasts
-            for c in children:
-                hint = self.default_scalar_hint(c) if c.kind == "name" and c.value not in self.greek_noted \
-                    and _stem(c.value) not in CONSTANT_NAMES else ""
+        if verb == "add":  # x - mu, logvar - mu**2: a Greek name is a number unless declared; say so where
+            for c in children:  # it broadcasts
+                name = _lone_name(c)
+                hint = self.default_scalar_hint(name) if name is not None and name.value not in self.greek_noted \
+                    and _stem(name.value) not in CONSTANT_NAMES else ""
                 if hint:
-                    self.greek_noted.add(c.value)
-                    self.note(c, f"{self.text(n)} adds the number {c.value} to every entry{hint}")
+                    self.greek_noted.add(name.value)
+                    self.note(c, f"{self.text(n)} adds the number {self.text(c)} to every entry{hint}")
         first_node, first = arrays[0]
         out = first
         outer = False  # a column met a row (noted as such: no note on the column's spread too)
@@ -878,6 +924,9 @@ class _Typer:
 
     def matmul(self, n, kid):
         (a, b), (sa, sb) = n.children, kid
+        if n.value == "@":
+            self.matrix_power_note(a, b)
+            self.quotient_note(n)
         one_a, one_b = self.ones_operand(a), self.ones_operand(b)
         if one_a is not None and not self.is_scalar(sb):
             if one_a is a and self.find(sb[0]) == 1:
@@ -908,16 +957,31 @@ class _Typer:
                 return (sb[1], 1)
             hint = self.scalar_diag_hint((a, sa), (b, sb))
             if not hint and (self.is_scalar(sa) or self.is_scalar(sb)):
-                greek = self.default_scalar_hint(b, *([a.children[0]] if a.kind == "T" else []))  # (X@theta: a
-                # column fits; mu.T@w: a column's transpose too; theta@X and W@mu.T would need a row)
+                left = [a.children[0]] if a.kind == "T" else [a] if self.vector_kind(sb) == "col" else []
+                greek = self.default_scalar_hint(b, *left)  # (X@theta: a column fits; mu.T@w: a column's
+                # transpose too; mu@w the inner product; theta@X:Y would not fit as a vector either)
                 hint = f" (to scale by a scalar use *{'; ' + greek[2:-1] if greek else ''})"
             self.fail(n, f"cannot multiply {self.text(a)} ({self.show(sa)}) @ {self.text(b)} "
                          f"({self.show(sb)}): inner dimensions {ca} and {rb} differ{hint}")
+        if self.is_scalar(sa) != self.is_scalar(sb):  # w@mu: a product by a number (NumPy refuses a 0-d @)
+            c = self.spelled_kind(0, a, b)
+            if c is not None and c.value not in self.greek_noted:
+                self.greek_noted.add(c.value)
+                self.note(n, f"{self.text(n)} multiplies by the number {c.value}{self.default_scalar_hint(c)}")
         return (sa[0], sb[1])
 
     def call(self, n, kid):
+        if n.value in IDENTITY_NAMES and 1 <= len(n.children) <= 2:  # eye(3), np.eye(n): I of that size
+            sizes = [self.dimension(c) for c in n.children]
+            v = self.fresh()
+            if not all(self.unify(v, d) for d in sizes):
+                self.fail(n, f"{self.text(n)} is not square: matcalc's identity is a square matrix")
+            self.eyes.append((n, v))
+            return (v, v)
         name = ALIASES.get(n.value, n.value)
         op = _USER.get(name)
+        if name in ("tr", "det", "logdet", "inv"):
+            self.matrix_power_note(*n.children)
         if op is None:
             close = difflib.get_close_matches(name, sorted(FUNCTIONS), n=1)
             spelled = self.spelled.get(name)
@@ -931,6 +995,10 @@ class _Typer:
                              n.start + len(n.value))
         given = len(n.children)
         least = op.nargs + (0 if op.params_optional else len(op.params))
+        order = n.children[1].value if given == 2 and n.children[1].kind == "num" else None
+        if n.value == "norm" and order in (1, 2) and self.vector_kind(kid[0]) is not None:
+            name = self.renamed[id(n)] = "norm1" if order == 1 else "norm2"  # np.linalg.norm(x, 1) of a vector
+            op, given = _USER[name], 1
         if n.value in self.spelled and given != least:  # norm(x, 1): the spelling it takes
             self.fail(n, f"{n.value} takes one argument here ({self.spelled[n.value]})")
         if not least <= given <= op.arity:
@@ -1070,8 +1138,10 @@ class _Typer:
             return ir.frob(*args)
         if k == "pow":
             return ir.power(*args)
+        if k == "call" and n.value in IDENTITY_NAMES:
+            return ir.eye(rs[0])
         if k == "call":
-            name = ALIASES.get(n.value, n.value)
+            name = self.renamed.get(id(n)) or ALIASES.get(n.value, n.value)
             op, attr = _USER[name], self.attrs.get(id(n))
             if name == "size":  # size(X) entries, size(X, axis) one dimension: a number here
                 shape = args[0].shape
@@ -1165,6 +1235,29 @@ def _in_definition(name: str, text: str) -> str:
     """The head of an error in a definition: its text quoted (an unclosed bracket in it would
     seem to close a parenthesis around it)."""
     return f'in the definition of {name} ("{name} = {text[:60]}"): '
+
+def _wrapped(text: str) -> bool:
+    """Whether text is one parenthesised group: (a/b), not (a)/(b)."""
+    if not (text.startswith("(") and text.endswith(")")):
+        return False
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += (ch == "(") - (ch == ")")
+        if depth == 0 and i < len(text) - 1:
+            return False
+    return True
+
+
+def _lone_name(node: Node):
+    """The one name node in node (mu, mu**2, exp(-mu)), or None: another name or none."""
+    names, todo = [], [node]
+    while todo:
+        n = todo.pop()
+        if n.kind == "name":
+            names.append(n)
+        todo.extend(c for c in n.children if isinstance(c, Node))
+    return names[0] if len(names) == 1 else None
+
 
 def _diag_args(trees, name: str) -> set:
     """The names that are the one argument of a call of name (Diag(psi)) in the trees."""

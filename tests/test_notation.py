@@ -322,3 +322,47 @@ def test_diag_of_a_declared_number_met_by_an_array_is_refused_with_the_way_to_wr
         matcalc.derive(expr, wrt="psi", shapes={"psi": ()})
     assert "Diag(psi) of a number is that number, 1×1: for psi on the diagonal write psi*I" in str(e.value)
     assert matcalc.derive("tr(Diag(psi))", "psi", shapes={"psi": ()}).text == "1"  # (alone it is psi)
+
+
+@pytest.mark.parametrize("expr, wrt, words", [
+    # a Greek name inside a number added to an array (the VAE's logvar - mu**2)
+    ("-0.5*sum(1 + logvar - mu**2 - exp(logvar))", "mu", "adds the number mu**2 to every entry (mu is a number"),
+    ("sum(x - 2*mu)", "x", "adds the number 2*mu to every entry"),
+    # a product by a Greek number that NumPy would refuse (w@mu)
+    ("sum(w@mu)", "w", "w@mu multiplies by the number mu (mu is a number by its Greek name"),
+    # X**k in a matrix product or a trace: entrywise, where papers mean the matrix power
+    ("tr(X^3)", "X", "X^3 raises every entry of X to the power 3; for the matrix power write X@X@X"),
+    ("x.T@A**2@x", "x", "for the matrix power write A@A"),
+    ("tr((A + X)**2)", "X", "for the matrix power write (A + X)@(A + X)"),
+    # / and @ bind equally: the whole chain after the quotient is named, once
+    ("x.T@A@x/x.T@B@x", "x", "is (x.T@A@x/x.T)@B@x; for a quotient write (x.T@A@x)/(x.T@B@x)"),
+    ("1/x.T@x", "x", "for a quotient write 1/(x.T@x)"),
+])
+def test_readings_python_gives_that_papers_do_not_are_noted(expr, wrt, words):
+    _, notes = notes_of(expr, wrt)
+    assert len(notes) == 1 and words in str(notes[0]), notes
+
+
+@pytest.mark.parametrize("expr, wrt, shapes", [
+    ("sum(X**2)", "X", None), ("tr(X.T@X**2)", "X", {"X": (3, 4)}), ("(x.T@A@x)/(x.T@x)", "x", None),
+    ("sum(X**-2)", "X", {"X": (5, 3)}),  # (not square: no inverse to point at)
+    ("sum(alpha*x - epsilon**2)", "x", None), ("sum((X/Y)@Z)", "X", None)])
+def test_no_note_on_sums_of_squares_parenthesised_quotients_or_non_square_powers(expr, wrt, shapes):
+    _, notes = notes_of(expr, wrt, shapes=shapes)
+    assert not [n for n in notes if "power" in str(n) or "bind equally" in str(n) or "adds the number" in str(n)]
+
+
+@pytest.mark.parametrize("expr, syntax, words", [
+    ("w@mu - gamma*w@S@w", "matcalc", "mu is a number by its Greek name: declared a vector (shapes={'mu': ('n',)}"),
+    ("mu'*w/sqrt(w'*S*w)", "matlab", "mu is a number by its Greek name: declared a vector"),
+    ("mu@w - gamma/2*w.T@S@w", "matcalc", "mu is a number by its Greek name; to make it a vector declare it"),
+    ("sum(softplus(-R@w - t))/(n*(1 - beta)) + t", "matcalc",
+     "t and n are vectors by the spelling of their names: declared numbers (shapes={'t': (), 'n': ()}"),
+])
+def test_a_refusal_names_the_names_whose_spelling_gave_the_wrong_shape(expr, syntax, words):
+    with pytest.raises(ShapeError) as e:
+        matcalc.derive(expr, "w", syntax=syntax)
+    assert words in str(e.value)
+    # and the declaration it gives makes the question work
+    decl = {"mu": ("n",)} if "mu" in words else {"t": (), "n": ()}
+    assert matcalc.derive(expr, "w", syntax=syntax, shapes=decl).gradient.shape[1] == 1

@@ -204,7 +204,8 @@ def test_a_1d_vector_on_the_left_of_a_matrix_is_numpys_x_at_A():
     ("sum(sin.(x) .* cos.(y))", "matlab", "sin.(...) is Julia's broadcast"),
     ("sum(expm(X))", "matcalc", "no matrix exponential"),
     ("sum(log10(x))", "matcalc", "log(x)/log(10)"),
-    ("norm(x, 1)", "matcalc", "for norm(x, 1) write norm1(x)"),
+    ("norm(x, 3)", "matcalc", "norm(x), norm(x, 2) and norm(x, 1) of a vector are norm2(x) and norm1(x)"),
+    ("norm(X, 2) + x:x", "matcalc", "a matrix's 2-norm (its largest singular value) and other orders are not"),
     ("a'*X*b", "matlab", "a–g are numbers, as on matrixcalculus.org: declare a, b vectors (--shape a=m, --shape b=n; "),
     ("a'*inv(X)*b", "matlab", "(--shape a=n, --shape b=n; "),
     ("tr(X^T*A*x)", "matlab", "in the MATLAB syntax the transpose is X'"),
@@ -216,16 +217,42 @@ def test_a_1d_vector_on_the_left_of_a_matrix_is_numpys_x_at_A():
     ("sum(log_ndtr(x))", "matcalc", "log Φ(z) is log(0.5*erfc(-z/sqrt(2))), computed stably"),
     ("std(x)", "matcalc", "write sqrt(mean((x - mean(x))**2))"),
     ("sum(lgamma(x))", "matcalc", "matcalc has no gamma functions"),
-    ("norm(x, 1)", "matlab", "norm(x) is the 2-norm of a vector; for norm(x, 1) write norm1(x)"),
+    ("norm(x, 3)", "matlab", "norm(x), norm(x, 2) and norm(x, 1) of a vector are norm2(x) and norm1(x)"),
     ("exp(A@x)", "matcalc", "jacobian (matcalc jacobian) differentiates an array-valued F"),
     ("dot(x, y)", "matlab", "write x'*y"),
-    ("sum(eye(4))", "matlab", "(I + X*X')"),
     ("x'A*x", "matlab", "* (matrix) or .* (entry by entry)"),
 ])
 def test_hints_for_other_tools_spellings(expr, syntax, hint):
     with pytest.raises(matcalc.MatcalcError) as e:
         matcalc.derive(expr, "x", syntax=syntax)
     assert hint in str(e.value)
+
+
+@pytest.mark.parametrize("syntax", ["matcalc", "matlab"])
+def test_eye_of_a_size_is_the_identity_of_that_size(syntax):
+    X = RNG.standard_normal((3, 3))
+    prod = "@" if syntax == "matcalc" else "*"
+    d = matcalc.derive(f"logdet(eye(3) + X{prod}X')", "X", syntax=syntax)
+    np.testing.assert_allclose(d.function(X=X), 2 * np.linalg.inv(np.eye(3) + X @ X.T) @ X, rtol=1e-12)
+    d = matcalc.derive("tr(inv(eye(size(X, 0)) + X))", "X", shapes={"X": (3, 3)})
+    A = np.linalg.inv(np.eye(3) + X)
+    np.testing.assert_allclose(d.function(X=X), -(A @ A).T, rtol=1e-12)
+    with pytest.raises(matcalc.ShapeError, match="eye\\(3, 4\\) is not square"):
+        matcalc.derive("sum(X*eye(3, 4))", "X")
+    with pytest.raises(matcalc.ShapeError):  # (a size that X does not have)
+        matcalc.derive("sum(X@eye(4))", "X", shapes={"X": (3, 3)})
+
+
+@pytest.mark.parametrize("syntax", ["matcalc", "matlab"])
+def test_norm_of_a_vector_with_its_order_is_numpys_and_matlabs(syntax):
+    x, A = np.array([0.5, -2.0, 1.5]), RNG.standard_normal((4, 3))
+    y = RNG.standard_normal(4)  # (b would be a number in the MATLAB syntax)
+    prod = "@" if syntax == "matcalc" else "*"
+    power = "**" if syntax == "matcalc" else "^"
+    d = matcalc.derive(f"norm(A{prod}x - y, 1) + norm(x, 2){power}2", "x", syntax=syntax)
+    np.testing.assert_allclose(d.function(A=A, x=x, y=y), A.T @ np.sign(A @ x - y) + 2 * x, rtol=1e-14)
+    d = matcalc.derive("norm(x, 2)", "x", syntax=syntax)
+    np.testing.assert_allclose(d.function(x=x), x / np.linalg.norm(x, 2), rtol=1e-14)
 
 
 @pytest.mark.parametrize("name, f", [("asin", np.arcsin), ("acos", np.arccos), ("atan", np.arctan)])

@@ -243,3 +243,22 @@ def test_a_defined_matrix_can_be_declared_symmetric_as_the_wrt():
     assert "K is symmetric" in d.symmetric_note
     with pytest.raises(matcalc.ShapeError, match="K is declared symmetric, but its definition is"):
         matcalc.derive("sum(K)", "K", definitions={"K": "x + c"}, symmetric=["K"])  # (a vector)
+
+
+def test_a_value_that_is_not_symmetric_for_a_symmetric_matrix_is_refused():
+    # the results use Sᵀ = S: at K = [[1, 2], [3, 4]] the "Hessian" printed was not even symmetric
+    expr = "0.5*y.T@inv(K)@y + 0.5*logdet(K)"
+    K, y = np.array([[1.0, 2.0], [3.0, 4.0]]), np.array([1.0, 2.0])
+    H = matcalc.hessian(expr, "K", symmetric=["K"])
+    d = matcalc.derive(expr, "K", symmetric=["K"])
+    vg = matcalc.value_and_grad(expr, ["K"], symmetric=["K"])
+    for call in (lambda: H.matrix(K=K, y=y), lambda: H.hvp(np.eye(2), K=K, y=y), lambda: d.function(K=K, y=y),
+                 lambda: vg.function(K=K, y=y)):
+        with pytest.raises(ValueError, match=r"K is declared symmetric, but its value is not \(max \|K - Kᵀ\| = 1\)"):
+            call()
+    S = (K + K.T) / 2 + 3 * np.eye(2)  # symmetric: the gradient is (K⁻¹ - K⁻¹yyᵀK⁻¹)/2, symmetric itself
+    Si = np.linalg.inv(S)
+    np.testing.assert_allclose(d.function(K=S, y=y), 0.5 * (Si - Si @ np.outer(y, y) @ Si), rtol=1e-12)
+    r = subprocess.run([sys.executable, "-m", "matcalc", "hessian", expr, "--wrt", "K", "--sym", "K",
+                        "--at", "K=[[1,2],[3,4]]", "--at", "y=[1,2]"], capture_output=True, text=True)
+    assert r.returncode == 2 and "K is declared symmetric, but its value is not" in r.stderr
