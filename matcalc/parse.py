@@ -332,10 +332,26 @@ SPELLED = {"solve": "write inv(A)@B: matcalc computes it as a solve", "log_softm
             **dict.fromkeys(("amax", "amin", "nanmax", "argmax"), "matcalc has no largest or smallest entry; "
                             "logsumexp(x) is a smooth maximum"),
             **dict.fromkeys(("einsum", "tensordot"), "matcalc has no einsum: write the products with @, * and "
-                            "sum(X, axis)")}
+                            "sum(X, axis)"),
+            # names other tools use (cvxpy, MATLAB, torch.nn) whose closest spelling here means something else
+            **dict.fromkeys(("atanh", "arctanh"), "write 0.5*log((1 + x)/(1 - x))"),
+            **dict.fromkeys(("asinh", "arcsinh"), "write log(x + sqrt(x**2 + 1))"),
+            **dict.fromkeys(("acosh", "arccosh"), "write log(x + sqrt(x**2 - 1))"),
+            "sech": "write 1/cosh(x)", "coth": "write 1/tanh(x)", "sec": "write 1/cos(x)", "cot": "write 1/tan(x)",
+            **dict.fromkeys(("round", "floor", "ceil", "trunc", "fix", "rint"), "matcalc has no rounding: it is "
+                            "piecewise constant, its derivative 0 wherever it has one"),
+            "pos": "pos(x) is relu(x)", "entr": "entr(x) is -x*log(x)", "swish": "swish(x) is silu(x), x*sigmoid(x)",
+            **dict.fromkeys(("sumsq", "sumsqr", "sum_squares", "sqnorm"), "write sum(x**2), or x:x"),
+            **dict.fromkeys(("cumsum", "cumprod"), "matcalc has no cumulative sums or products"),
+            "softsign": "write x/(1 + abs(x))", "logit": "write log(p/(1 - p))", "mish": "write x*tanh(softplus(x))",
+            "quad_form": "quad_form(x, P) is x.T@P@x", "log_det": "write logdet(X)",
+            "svd": "matcalc has no singular value decomposition",
+            "inverse": "write inv(A)", "mm": "write A@B", "bmm": "write A@B",
+            **{name: f"write {name.lower()}(...), in lower case" for name in ("ReLU", "Sigmoid", "Tanh", "Softplus",
+                                                                             "Softmax", "Exp", "Log", "GELU", "SiLU")}}
 
-_MODULE_NAMES = {"norm": "norm2", "trace": "tr", "slogdet": "logdet", "expit": "sigmoid",
-                 "matmul": "@", "dot": "@", "transpose": ".T", "log_softmax": "log(softmax(...))"}
+_MODULE_NAMES = {"norm": "norm2", "trace": "tr", "slogdet": "logdet", "expit": "sigmoid", "inverse": "inv",
+                 "matmul": "@", "mm": "@", "dot": "@", "transpose": ".T", "log_softmax": "log(softmax(...))"}
 
 
 def _dot_hint(source: str, pos: int) -> str:

@@ -219,6 +219,14 @@ def test_a_1d_vector_on_the_left_of_a_matrix_is_numpys_x_at_A():
     ("sum(lgamma(x))", "matcalc", "matcalc has no gamma functions"),
     ("norm(x, 3)", "matlab", "norm(x), norm(x, 2) and norm(x, 1) of a vector are norm2(x) and norm1(x)"),
     ("exp(A@x)", "matcalc", "jacobian (matcalc jacobian) differentiates an array-valued F"),
+    # names whose closest spelling here is another function (swish was "did you mean sinh?")
+    ("sum(swish(x))", "matcalc", "swish(x) is silu(x)"),
+    ("sum(atanh(x))", "matcalc", "write 0.5*log((1 + x)/(1 - x))"),
+    ("sum(round(x))", "matcalc", "its derivative 0 wherever it has one"),
+    ("sum(pos(x))", "matcalc", "pos(x) is relu(x)"),
+    ("sumsq(x)", "matcalc", "write sum(x**2), or x:x"),
+    ("sum(ReLU(x))", "matcalc", "write relu(...), in lower case"),
+    ("sum(torch.inverse(X)@x)", "matcalc", "write inv(...) without the torch. prefix"),
     ("dot(x, y)", "matlab", "write x'*y"),
     ("x'A*x", "matlab", "* (matrix) or .* (entry by entry)"),
 ])
