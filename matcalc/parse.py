@@ -384,7 +384,8 @@ def _dot_hint(source: str, pos: int) -> str:
                 f"write {source[j:pos]}(...))")
     method = _METHODS.get(source[pos + 1:k])
     if method and (j < pos or source[:pos].rstrip().endswith(")")):
-        return f" ({(source[j:k] if j < pos else '(...).' + source[pos + 1:k])} is NumPy's; in matcalc {method})"
+        return (f" ({(source[j:k] if j < pos else '(...).' + source[pos + 1:k])} is a method (NumPy's or torch's); "
+                f"matcalc has functions: {method})")
     return ""
 
 
@@ -414,4 +415,9 @@ def _known_function(name: str) -> bool:
 _METHODS = {"dot": "x.dot(y) is x.T@y (or x:y), A.dot(B) is A@B", "t": "the transpose is .T",
             "sum": "write sum(x) (sum(X, 0) along an axis)", "mean": "write mean(x)",
             "transpose": "the transpose is .T", "inv": "write inv(A)", "trace": "write tr(A)",
-            "log": "write log(x)", "exp": "write exp(x)"}
+            "log": "write log(x)", "exp": "write exp(x)", "mT": "the transpose is .T",
+            **dict.fromkeys(("matmul", "mm", "mv", "bmm"), "A.matmul(B) is A@B"), "pow": "write x**k",
+            **dict.fromkeys(("flatten", "ravel", "reshape", "view"), "vec(X) stacks X's columns"),
+            "shape": "size(X, 0) is X's number of rows, size(X, 1) of columns",
+            **dict.fromkeys(("norm",), "write norm2(x)"), "abs": "write abs(x)", "sqrt": "write sqrt(x)",
+            "square": "write x**2", "tanh": "write tanh(x)", "sigmoid": "write sigmoid(x)"}

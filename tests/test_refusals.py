@@ -197,7 +197,7 @@ def test_cli_help_and_version():
 
 @pytest.mark.parametrize("expr,wrt,words", [
     ("eps*w.T@w", "w", ["eps is a vector by the spelling of its name", "shapes={'eps': ()}", "--shape eps=scalar"]),
-    ("x.dot(y)", "x", ["x.dot is NumPy's", "x.T@y"]),
+    ("x.dot(y)", "x", ["x.dot is a method (NumPy's or torch's)", "x.T@y"]),
     ("X.t@y", "y", ["the transpose is .T"]),
     ("solve(K, y):y", "y", ["unknown function solve", "inv(A)@B"]),
     ("sum(log_softmax(z))", "z", ["log(softmax(z))"]),
@@ -214,7 +214,9 @@ def test_cli_help_and_version():
     ("tr(A@X^{-1})", "X", ["X^{-1} is inv(X)"]),
     ("X⁻¹:A", "X", ["inv(X) for X⁻¹"]),
     ("sum(x²)", "x", ["x**2"]),  # x² was a name: ∂λ/∂x² = 1
-    ("(x**2).sum()", "x", ["(...).sum is NumPy's", "sum(x)"]),
+    ("(x**2).sum()", "x", ["(...).sum is a method", "sum(x)"]),
+    ("sum(X.mT@Y)", "X", ["X.mT is a method", "the transpose is .T"]),
+    ("sum(x)/x.shape[0]", "x", ["size(X, 0) is X's number of rows"]),
     ("x[0]", "x", ["no indexing"]),
     # typeset mathematics, and MATLAB's indexing and eye(n)
     ("sum(kron(A, B) + A⊗B)", "A", ["kron(A, B)"]),
