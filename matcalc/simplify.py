@@ -1400,6 +1400,16 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
             return split
     if name == "diag" and (outer := _outer_factors(a, ones=True)) is not None:  # diag(u vᵀ) = u∘v
         return s_mul(outer[0], s_T(outer[1]))
+    if name == "diag" and a.op == "matmul":  # diag(A Diag(v) B) = (A∘Bᵀ) v: n·m work, not a product
+        fs = ir.chain_factors(a)
+        i = next((i for i, f in enumerate(fs) if f.op == "Diag"), None)
+        if i is not None:
+            v, A, B = fs[i].args[0], fs[:i], fs[i + 1:]
+            if not A:
+                return s_mul(v, s_func("diag", _chain(B)))
+            if not B:
+                return s_mul(v, s_func("diag", _chain(A)))
+            return s_matmul(s_mul(_chain(A), s_T(_chain(B))), v)
     if name == "log":
         if a.op == "exp":
             return a.args[0]

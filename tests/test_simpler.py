@@ -920,3 +920,19 @@ def test_a_result_whose_text_would_be_huge_is_written_with_names():
 
     fd = [(lam(x + 1e-6 * u) - lam(x - 1e-6 * u)) / 2e-6 for u in np.eye(4)]
     np.testing.assert_allclose(d.function(x=x, **vals), fd, rtol=1e-6)
+
+
+def test_the_diagonal_of_a_product_through_a_diagonal_matrix_is_a_hadamard_product():
+    # diag(A Diag(v) B) = (A∘Bᵀ) v: the Hessian of tr(Diag(x)@A@Diag(x)@B) was
+    # diag(A.T@Diag(dx)@B.T + B.T@Diag(dx)@A.T)
+    H = matcalc.hessian("tr(Diag(x)@A@Diag(x)@B)", "x")
+    assert H.text == "(A.T*B + B.T*A)@dx"
+    rng = np.random.default_rng(5)
+    A, B, x = rng.standard_normal((4, 4)), rng.standard_normal((4, 4)), rng.standard_normal(4)
+    np.testing.assert_allclose(H.matrix(x=x, A=A, B=B), A * B.T + A.T * B, rtol=1e-14)  # (closed form by hand)
+    # with the diagonal first or last, and non-square factors: diag(X Diag(v) Y) for X 3×5, Y 5×3
+    X, Y, v, u = rng.standard_normal((3, 5)), rng.standard_normal((5, 3)), rng.standard_normal(5), rng.standard_normal(3)
+    d = matcalc.derive("u.T@diag(X@Diag(v)@Y)", "v", shapes={"X": (3, 5), "Y": (5, 3)})
+    np.testing.assert_allclose(d.function(X=X, Y=Y, v=v, u=u), (X * Y.T).T @ u, rtol=1e-13)
+    d = matcalc.derive("u.T@diag(Diag(u)@X@Y)", "X", shapes={"X": (3, 5), "Y": (5, 3)})
+    np.testing.assert_allclose(d.function(X=X, Y=Y, u=u), np.outer(u * u, np.ones(5)) * Y.T, rtol=1e-13)
