@@ -916,7 +916,16 @@ register(Op("kron_sum", _blocks_rule, nargs=2, transpose=_t_kron_sum, shape_attr
             rule="d kron_sum(C, A) = kron_sum(dC, A) + kron_sum(C, dA)", numpy=_np_kron_sum,
             latex=lambda p, e: (f"\\operatorname{{blocksum}}\\left({p.p(e.args[0])[0]}, {p.p(e.args[1])[0]}\\right)", 7),
             torch=_np_kron_sum, jax=_np_kron_sum))
-register(Op("matrix_power", _matrix_power_rule, params=("power",), jvp=_jvp_matrix_power,
+def _text_matrix_power(p, e):
+    """X@X and X@X@X as products (shorter than matrix_power(X, 2)), higher powers by name."""
+    X, k = e.args[0], e.attr
+    if k in (2, 3):
+        ir = _ir()
+        return p.p(ir.matmul(ir.matmul(X, X), X) if k == 3 else ir.matmul(X, X))
+    return f"matrix_power({p.arg(X)}, {k})"
+
+
+register(Op("matrix_power", _matrix_power_rule, params=("power",), jvp=_jvp_matrix_power, text=_text_matrix_power,
             rule="d Xᵏ = Σᵢ Xⁱ dX Xᵏ⁻¹⁻ⁱ", numpy=_np_matrix_power, domain="invertible_if_negative",
             scalar_form=lambda a, k: _ir().power(a, _c(float(k))),
             latex=lambda p, e: (f"{p.wrap(e.args[0], 7)}^{{{e.attr}}}", 6),

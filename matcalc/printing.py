@@ -254,8 +254,9 @@ class TextPrinter:
             t = self.dim(e.attr)
             return (f"({t})" if "/" in t or "*" in t else t), ATOM
         spec = REGISTRY[op]
-        if spec.text is not None:
-            return spec.text(self, e), ATOM
+        if spec.text is not None:  # (text, or (text, precedence))
+            out = spec.text(self, e)
+            return out if isinstance(out, tuple) else (out, ATOM)
         args = [self.arg(a) for a in e.args]
         if e.attr is not None and not isinstance(e.attr, tuple):
             args.append(str(e.attr))
