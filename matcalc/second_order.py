@@ -150,6 +150,14 @@ class _LinearMap:
     _fixed_forms = False  # its NumPy functions pick no form by timing (the check's copy)
     symmetric = ()        # the symmetric matrices of hessian(..., symmetric=)
 
+    @property
+    def function(self):
+        """(A gradient's attribute: which of this map's functions is meant.)"""
+        funcs = (".matrix(**values) its dense matrix, .hvp(V, **values) its product, .gradient_function the "
+                 "gradient" if self.kind == "hessian" else ".matrix(**values) its dense matrix, .jvp(V, **values) "
+                 "and .vjp(G, **values) its products, .value_function F")
+        raise AttributeError(f"a {self.kind.capitalize()} has no .function (a gradient's): {funcs}")
+
     def with_fixed_forms(self):
         """A copy whose NumPy functions never pick a form by timing (codegen.compile_function),
         so the check's figures are the same on every run; the text and forms are shared."""
@@ -883,8 +891,12 @@ class Hessian(_LinearMap):
         from .function import GradientFunction
         from .codegen import sanitize
 
-        return GradientFunction(self.numpy_source, self.derivation._grad_source[2],
-                                sanitize(self._params), self.user_shapes, fixed_forms=self._fixed_forms)
+        gf = GradientFunction(self.numpy_source, self.derivation._grad_source[2],
+                              sanitize(self._params), self.user_shapes, self.derivation.shape,
+                              fixed_forms=self._fixed_forms)
+        gf.wrt = self.wrt_i if self.wrt_i in self.user_shapes else None  # (a column in: a column out)
+        gf.symmetric = self.symmetric
+        return gf
 
     @property
     def _lam_tex(self) -> str:

@@ -866,3 +866,16 @@ def test_a_side_of_the_dense_matrix_that_is_a_product_is_bracketed():
     j = matcalc.jacobian("exp(W@x)", "W")
     assert j.derivation_lines()[-1].startswith("J is a×(a*b): ") and "matrix a×(a*b)" in repr(j)
     assert "(a*b)×(a*b)" in matcalc.hessian("sum(exp(W@x))", "W").derivation_lines()[-1]
+
+
+def test_a_hessians_gradient_function_keeps_a_column_and_function_points_at_the_maps_functions():
+    h = matcalc.hessian("sum(log(1 + exp(X@w)))", "w")
+    rng = np.random.default_rng(2)
+    X, w = rng.standard_normal((5, 3)), rng.standard_normal(3)
+    g = X.T @ (1 / (1 + np.exp(-X @ w)))
+    assert h.gradient_function(X=X, w=w[:, None]).shape == (3, 1)  # (as derive's function; was (3,))
+    np.testing.assert_allclose(h.gradient_function(X=X, w=w), g, rtol=1e-13)
+    with pytest.raises(AttributeError, match=r"a Hessian has no \.function .*\.hvp\(V, \*\*values\)"):
+        h.function
+    with pytest.raises(AttributeError, match=r"a Jacobian has no \.function .*\.jvp\(V, \*\*values\)"):
+        matcalc.jacobian("exp(x)", "x").function
