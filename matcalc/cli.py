@@ -377,16 +377,8 @@ def run(argv=None) -> int:
             if unknown:
                 raise DeriveError(f"--at names {', '.join(unknown)}, which is not a symbol of the expression; "
                                   f"its symbols are {', '.join(sorted(symbols))}")
-            values = {w: evaluate_at(d, at) for w, d in results.items()}
-            import numpy as np
-
-            for name in args.sym or ():
-                v = at.get(name)
-                if v is not None and np.ndim(v) == 2 and np.shape(v)[0] == np.shape(v)[1] \
-                        and not np.allclose(v, np.transpose(v), equal_nan=True):
-                    print(f"matcalc: note: --at {name} is not symmetric, though --sym {name} declares it "
-                          f"so: the value printed is the symmetric gradient's formula at a {name} that "
-                          "is not symmetric", file=sys.stderr)
+            values = {w: evaluate_at(d, at) for w, d in results.items()}  # (a --sym value that is not
+            # symmetric is refused there)
     except MatcalcError as e:
         print(f"matcalc: {e}", file=sys.stderr)
         return EXIT_REFUSED

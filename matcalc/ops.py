@@ -919,7 +919,7 @@ register(Op("kron_sum", _blocks_rule, nargs=2, transpose=_t_kron_sum, shape_attr
 def _text_matrix_power(p, e):
     """X@X and X@X@X as products (shorter than matrix_power(X, 2)), higher powers by name."""
     X, k = e.args[0], e.attr
-    if k in (2, 3):
+    if k in (2, 3) and p.p(X)[1] >= 6:  # (X, X.T, cos(X): not -P@-P)
         ir = _ir()
         return p.p(ir.matmul(ir.matmul(X, X), X) if k == 3 else ir.matmul(X, X))
     return f"matrix_power({p.arg(X)}, {k})"

@@ -565,26 +565,44 @@ def _factor(items, total, shape):
 def _group_products(items, shape):
     """b + Aᵀx + Ax = b + (Aᵀ + A)x: the products among the terms that share a right (or
     left) factor, as one product; None if no two terms share one."""
+    products = [_scaled_product(core) for core, _ in items]  # (scalar factors, a product) or None
     for side in (1, 0):
         groups: dict = {}
-        for i, (core, _) in enumerate(items):
-            if core.op == "matmul":
-                groups.setdefault((core.args[side], core.args[1 - side].shape), []).append(i)
+        for i, sp in enumerate(products):
+            if sp is not None:
+                sc, m = sp
+                groups.setdefault((sc, m.args[side], m.args[1 - side].shape), []).append(i)
         groups = {k: g for k, g in groups.items() if len(g) > 1}
-        if not groups or len(groups) == 1 and len(next(iter(groups.values()))) == len(items):
+        if not groups or len(groups) == 1 and len(next(iter(groups.values()))) == len(items) \
+                and not next(iter(groups))[0]:
             continue  # (every term shares it: _factor's own case)
         out, done = [], set()
         for i, (core, c) in enumerate(items):
             if i in done:
                 continue
-            g = groups.get((core.args[side], core.args[1 - side].shape)) if core.op == "matmul" else None
+            sp = products[i]
+            g = groups.get((sp[0], sp[1].args[side], sp[1].args[1 - side].shape)) if sp is not None else None
             if g is None:
                 out.append(scale(c, core))
                 continue
             done.update(g)
-            others = s_add(*[scale(items[j][1], items[j][0].args[1 - side]) for j in g])
-            out.append(s_matmul(core.args[side], others) if side == 0 else s_matmul(others, core.args[side]))
+            sc, m = sp
+            others = s_add(*[scale(items[j][1], products[j][1].args[1 - side]) for j in g])
+            out.append(s_mul(*sc, s_matmul(m.args[side], others) if side == 0 else s_matmul(others, m.args[side])))
         return Expr("add", tuple(out), None, shape) if len(out) > 1 else out[0]
+    return None
+
+
+def _scaled_product(core: Expr):
+    """(its scalar factors, as a tuple, and the matrix product) of a product γ·(A@x) or A@x,
+    else None: b − ½γSᵀw − ½γSw is b − ½γ(Sᵀ + S)w."""
+    if core.op == "matmul":
+        return (), core
+    if core.op == "mul":
+        sc = tuple(f for f in core.args if f.shape == SCALAR)
+        rest = [f for f in core.args if f.shape != SCALAR]
+        if sc and len(rest) == 1 and rest[0].op == "matmul" and rest[0].shape == core.shape:
+            return sc, rest[0]
     return None
 
 
@@ -1549,6 +1567,13 @@ def _sum_along(a: Expr, axis: int):
         split = s_add(*[s_func("sum", t, attr=axis) for t in a.args])
         if ir.tree_size(split) < ir.tree_size(a):
             return split
+    if a.op == "matmul":  # sum(A@M, 1) = A@sum(M, 1), sum(M@B, 0) = sum(M, 0)@B: where that sum gets shorter
+        A, M = a.args if axis == 1 else a.args[::-1]
+        inner = s_func("sum", M, attr=axis)
+        if inner.op != "sum":
+            out = s_matmul(A, inner) if axis == 1 else s_matmul(inner, A)
+            if ir.tree_size(out) < ir.tree_size(Expr("sum", (a,), axis, out.shape)):
+                return out
     return None
 
 

@@ -936,3 +936,33 @@ def test_the_diagonal_of_a_product_through_a_diagonal_matrix_is_a_hadamard_produ
     np.testing.assert_allclose(d.function(X=X, Y=Y, v=v, u=u), (X * Y.T).T @ u, rtol=1e-13)
     d = matcalc.derive("u.T@diag(Diag(u)@X@Y)", "X", shapes={"X": (3, 5), "Y": (5, 3)})
     np.testing.assert_allclose(d.function(X=X, Y=Y, u=u), np.outer(u * u, np.ones(5)) * Y.T, rtol=1e-13)
+
+
+def test_products_with_one_right_factor_and_one_scalar_factor_collect():
+    # Markowitz: mu - 0.5*gamma*S.T@w - 0.5*gamma*S@w (a third term kept the two apart)
+    d = matcalc.derive("mu.T@w - 0.5*gamma*w.T@S@w", "w", shapes={"mu": ("n",)})
+    assert d.text == "mu - 0.5*gamma*(S.T + S)@w"
+    rng = np.random.default_rng(9)
+    S, mu, w = rng.standard_normal((4, 4)), rng.standard_normal(4), rng.standard_normal(4)
+    np.testing.assert_allclose(d.function(S=S, mu=mu, w=w, gamma=0.7), mu - 0.35 * (S + S.T) @ w, rtol=1e-14)
+    d = matcalc.derive("gamma*w.T@S@w + beta*w.T@A@w", "w")  # two scalars: two groups
+    assert d.text == "beta*(A.T + A)@w + gamma*(S.T + S)@w"
+
+
+def test_a_sum_along_an_axis_of_a_product_sums_its_last_factor():
+    # sum(A@M, 1) = A@sum(M, 1): a Student-t likelihood's gradient in its mean was 216 characters,
+    # 1@((nu + n)/(nu*(…))) twice and X - m@1.T six times
+    expr = "0.5*(nu + size(X, 0))*sum(log(1 + sum((X - m)*(inv(S)@(X - m)), 0)/nu))"
+    d = matcalc.derive(expr, "m")
+    assert len(d.text) <= 120 and d.text.count("X - m@1.T") == 3, d.text
+    rng = np.random.default_rng(12)
+    X, m, nu = rng.standard_normal((3, 6)), rng.standard_normal(3), 4.5
+    R = rng.standard_normal((3, 3))
+    S = R @ R.T + 3 * np.eye(3)
+
+    def lam(m):
+        D = X - m[:, None]
+        return 0.5 * (nu + 3) * np.sum(np.log(1 + np.sum(D * np.linalg.solve(S, D), 0) / nu))
+
+    fd = [(lam(m + 1e-6 * e) - lam(m - 1e-6 * e)) / 2e-6 for e in np.eye(3)]
+    np.testing.assert_allclose(d.function(X=X, m=m, nu=nu, S=S), fd, rtol=1e-7)
