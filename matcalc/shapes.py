@@ -939,9 +939,19 @@ class _Typer:
             if one_b is not b and self.find(sa[1]) == 1:
                 sb = (1, self.fresh())  # v@1ᵀ: an outer product with a row of ones
                 self.eyes.append((b, sb[1]))
+            elif one_b is b and self.find(sa[1]) == 1 and self.find(sa[0]) != 1:
+                sb = (sa[0], 1)  # x@1 of a column x: x's inner product with ones (NumPy's x @ ones), sum(x)
             else:
                 sb = (sa[1], 1)  # X@1: a column of ones, the row sums of X
             self.set_ones(b, one_b, sb)
+        elif one_b is not None and one_b is not b:  # s@1ᵀ of a number s, or 1@1ᵀ (as results print a
+            sb = (1, self.fresh())  # matrix of ones): a row of ones, sized by what it meets
+            self.eyes.append((b, sb[1]))
+            self.set_ones(b, one_b, sb)
+            if one_a is a:
+                sa = (self.fresh(), 1)
+                self.eyes.append((a, sa[0]))
+                self.set_ones(a, one_a, sa)
         ra, ca = (self.find(d) for d in sa)
         rb, cb = (self.find(d) for d in sb)
         if ca == 1 and ra != 1 and cb == 1 and rb != 1:

@@ -366,3 +366,14 @@ def test_a_refusal_names_the_names_whose_spelling_gave_the_wrong_shape(expr, syn
     # and the declaration it gives makes the question work
     decl = {"mu": ("n",)} if "mu" in words else {"t": (), "n": ()}
     assert matcalc.derive(expr, "w", syntax=syntax, shapes=decl).gradient.shape[1] == 1
+
+
+@pytest.mark.parametrize("expr, grad", [
+    ("x@1", lambda x: np.ones_like(x)),                      # NumPy's x @ ones: sum(x) (was λ a vector)
+    ("x**2@1", lambda x: 2 * x),
+    ("x.T@(1@1.T)@x", lambda x: 2 * np.sum(x) * np.ones_like(x)),  # the ones matrix results print (was 1×1)
+    ("x.T@1@1.T@x", lambda x: 2 * np.sum(x) * np.ones_like(x)),
+])
+def test_ones_read_as_numpy_and_as_results_print_them(expr, grad):
+    x = np.array([0.5, -1.0, 2.0])
+    np.testing.assert_allclose(matcalc.derive(expr, "x").function(x=x), grad(x), rtol=1e-14)
