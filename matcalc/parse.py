@@ -134,6 +134,8 @@ def parse(source: str, syntax: str = "matcalc") -> Node:
                     "sum(X) sums every entry)")
         elif tok.type == "RPAR":
             msg += " (unbalanced parentheses, or an operand is missing)"
+        elif tok.type == "EQUALS":
+            msg += " (matcalc takes an expression, not an equation; axis= or dim= names an axis: sum(X, axis=0))"
         elif tok.type in ("NAME", "NUMBER", "LPAR"):
             msg += (" (an operator is missing: write products with *, ∘ or @)" if syntax != "matlab" else
                     " (an operator is missing: write products with * (matrix) or .* (entry by entry))")
@@ -209,9 +211,11 @@ def _build(kind: str, kids: list, source: str) -> Node:
         return Node(inner.kind, inner.children, s, e, inner.value)
     if kind == "args":
         return Node("args", tuple(k for k in kids if isinstance(k, Node)), s, e)
+    if kind == "kwarg":  # sum(X, axis=0), softmax(Z, dim=-1): the axis as NumPy and torch name it
+        return Node("kwarg", (kids[2],), s, e, str(kids[0]))
     if kind == "call":
         name, args = str(kids[0]), kids[2].children
-        return Node("call", args, s, e, name)
+        return Node("call", _keywords(args, source), s, e, name)
     if kind in ("add", "sub"):
         left, right = kids[0], kids[2]
         sign = 1 if kind == "add" else -1
@@ -232,6 +236,32 @@ def _build(kind: str, kids: list, source: str) -> Node:
     if kind == "transpose":
         return Node("T", (kids[0],), s, e)
     raise ParseError(f"unsupported construct {kind}", source, s, e)  # pragma: no cover
+
+
+_AXIS_KEYWORDS = ("axis", "dim")
+
+
+def _keywords(args: tuple, source: str) -> tuple:
+    """A call's arguments with axis= (NumPy's) or dim= (torch's) read as the axis, matcalc's
+    second argument, and keepdims= dropped (an axis-wise result keeps its axis here: a row or a
+    column); any other keyword is refused."""
+    out, seen = [], False
+    for a in args:
+        if a.kind != "kwarg":
+            if seen:
+                raise ParseError("a plain argument after a keyword argument", source, a.start, a.end)
+            out.append(a)
+            continue
+        seen = True
+        if a.value == "keepdims":
+            continue
+        if a.value not in _AXIS_KEYWORDS:
+            raise ParseError(f"{a.value}= is a keyword argument matcalc does not take (axis= or dim= gives "
+                             f"the axis: sum(X, axis=0), or sum(X, 0))", source, a.start, a.end)
+        if len(out) != 1:
+            raise ParseError(f"{a.value}= goes with one array: sum(X, axis=0)", source, a.start, a.end)
+        out.append(a.children[0])
+    return tuple(out)
 
 
 def _parenthesised(node: Node, source: str) -> bool:

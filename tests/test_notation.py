@@ -377,3 +377,16 @@ def test_a_refusal_names_the_names_whose_spelling_gave_the_wrong_shape(expr, syn
 def test_ones_read_as_numpy_and_as_results_print_them(expr, grad):
     x = np.array([0.5, -1.0, 2.0])
     np.testing.assert_allclose(matcalc.derive(expr, "x").function(x=x), grad(x), rtol=1e-14)
+
+
+def test_an_axis_given_as_numpy_or_torch_name_it():
+    rng = np.random.default_rng(4)
+    X, Y, y = rng.standard_normal((3, 4)), rng.standard_normal((3, 4)), rng.standard_normal(4)
+    for expr in ("sum(X, axis=0)@y", "sum(X, 0)@y", "sum(X, axis=0, keepdims=True)@y"):
+        np.testing.assert_allclose(matcalc.derive(expr, "X").function(X=X, y=y), np.outer(np.ones(3), y))
+    P = np.exp(X - X.max(1, keepdims=True))
+    P /= P.sum(1, keepdims=True)
+    g = matcalc.derive("sum(softmax(X, dim=-1)*Y)", "X").function(X=X, Y=Y)
+    np.testing.assert_allclose(g, P * (Y - np.sum(Y * P, 1, keepdims=True)), rtol=1e-12)
+    with pytest.raises(ParseError, match="a plain argument after a keyword argument"):
+        matcalc.derive("sum(X, axis=0, 1)@y", "X")
