@@ -707,7 +707,7 @@ class _Typer:
                 continue
             self.power_noted.add(id(p))
             b = self.text(base)
-            b = b if base.kind in ("name", "call", "T") or b.startswith("(") and b.endswith(")") else f"({b})"
+            b = b if base.kind in ("name", "call", "T") or _wrapped(b) else f"({b})"
             self.note(p, f"{self.text(p)} raises every entry of {b} to the power {int(k)}; for the "
                          f"matrix power write {'@'.join([b] * int(k))}")
 
@@ -783,7 +783,7 @@ class _Typer:
             for c in children:  # it broadcasts
                 name = _lone_name(c)
                 hint = self.default_scalar_hint(name) if name is not None and name.value not in self.greek_noted \
-                    and _stem(name.value) not in CONSTANT_NAMES else ""
+                    and _stem(name.value) not in CONSTANT_NAMES and not self.is_pi(name.value) else ""
                 if hint:
                     self.greek_noted.add(name.value)
                     self.note(c, f"{self.text(n)} adds the number {self.text(c)} to every entry{hint}")
@@ -1258,26 +1258,25 @@ def _wrapped(text: str) -> bool:
     return True
 
 
-def _lone_name(node: Node):
-    """The one name node in node (mu, mu**2, exp(-mu)), or None: another name or none."""
-    names, todo = [], [node]
+def _nodes(*trees):
+    """Every node of the trees (None: none), without recursion."""
+    todo = [t for t in trees if t is not None]
     while todo:
         n = todo.pop()
-        if n.kind == "name":
-            names.append(n)
+        yield n
         todo.extend(c for c in n.children if isinstance(c, Node))
+
+
+def _lone_name(node: Node):
+    """The one name node in node (mu, mu**2, exp(-mu)), or None: another name or none."""
+    names = [n for n in _nodes(node) if n.kind == "name"]
     return names[0] if len(names) == 1 else None
 
 
 def _diag_args(trees, name: str) -> set:
     """The names that are the one argument of a call of name (Diag(psi)) in the trees."""
-    out, todo = set(), [t for t in trees if t is not None]
-    while todo:
-        n = todo.pop()
-        if n.kind == "call" and n.value == name and len(n.children) == 1 and n.children[0].kind == "name":
-            out.add(n.children[0].value)
-        todo.extend(c for c in n.children if isinstance(c, Node))
-    return out
+    return {n.children[0].value for n in _nodes(*trees)
+            if n.kind == "call" and n.value == name and len(n.children) == 1 and n.children[0].kind == "name"}
 
 
 def _parsed_or_none(parse, text):
