@@ -81,6 +81,7 @@ class MatlabTyper(_Typer):
     def __init__(self, source, declared):
         super().__init__(source, declared)
         self.mspecial: dict = {}  # id(ast node) -> how a MATLAB operator was read
+        self.total_noted: dict = {}  # id(sum(X)) -> its note that it is the total (taken back in sum(sum(X)))
 
     def kind_of(self, name):
         return matlab_kind(name)
@@ -161,6 +162,14 @@ class MatlabTyper(_Typer):
                 self.fail(n, f"MATLAB's norm of a matrix ({self.text(n.children[0])} is {self.describe(s)}) is its "
                              f"largest singular value, which matcalc does not have; for the Frobenius norm "
                              f"write norm2({self.text(n.children[0])})")
+        if k == "call" and n.value in ("sum", "mean") and len(n.children) == 1:
+            inner = self.total_noted.pop(id(n.children[0]), None)
+            if inner is not None:  # sum(sum(X)): the total in MATLAB too
+                self.notes.remove(inner)
+            elif self.is_matrix(self.shape[id(n.children[0])]):
+                self.note(n, f"{self.text(n)} of a matrix is over every entry here, as on matrixcalculus.org; "
+                             f"MATLAB's {n.value}(X) is the row of each column's {n.value}: {n.value}(X, 1)")
+                self.total_noted[id(n)] = self.notes[-1]
         if k == "call" and n.value == "diag":
             (s,) = [self.shape[id(c)] for c in n.children[:1]] or [None]
             if len(n.children) == 1 and self.find(s[1]) == 1 and self.find(s[0]) != 1:

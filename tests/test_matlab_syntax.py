@@ -237,3 +237,19 @@ def test_matcalc_s_operators_in_the_matlab_syntax_say_what_matlab_writes():
     with pytest.raises(matcalc.ShapeError, match=r"declare b a vector \(--shape b=m; shapes=\{'b': \('m',\)\}\) "
                                                  r"to make λ a scalar"):
         matcalc.derive("x'*A*x + b'*x", "x", syntax="matlab")
+
+
+def test_sum_of_a_matrix_says_matlab_would_sum_its_columns_unless_summed_again():
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        d = matcalc.derive("sum(sum((X - mean(X)).^2))", "X", syntax="matlab")
+    notes = [str(w.message) for w in caught if issubclass(w.category, matcalc.NotationWarning)]
+    assert len(notes) == 1 and "MATLAB's mean(X) is the row of each column's mean: mean(X, 1)" in notes[0]
+    X = np.arange(6.0).reshape(2, 3)
+    np.testing.assert_allclose(d.function(X=X), 2 * (X - X.mean()))  # the total's mean, as matrixcalculus.org
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        matcalc.derive("sum(sum(X.*Y))", "X", syntax="matlab")  # the total in MATLAB too: no note
+        matcalc.derive("sum(x.^2)", "x", syntax="matlab")
