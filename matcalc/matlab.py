@@ -21,7 +21,7 @@ from .printing import ATOM, NEG, POST, POW, PROD, TextPrinter, _minus, _neg_spli
 from .shapes import _Typer, greek
 
 # the binary operators: MATLAB spelling -> the mul node's value
-MULOPS = {".*": "*", "./": "/", "*": "m*", "/": "m/", "∘": "*", "⊙": "*", "⊘": "/"}
+MULOPS = {".*": "*", "./": "/", "*": "m*", "/": "m/", "\\": "m\\", "∘": "*", "⊙": "*", "⊘": "/"}
 ONES = ("vector", "matrix")
 
 
@@ -101,9 +101,18 @@ class MatlabTyper(_Typer):
             w = self.fresh()
             self.eyes.append((n, w))
             return (v, w)
-        if k == "mul" and n.value in ("m*", "m/"):
+        if k == "mul" and n.value in ("m*", "m/", "m\\"):
             kid = [self.shape[id(c)] for c in n.children]
             (a, b), (sa, sb) = n.children, kid
+            if n.value == "m\\":  # A\b, MATLAB's solve: inv(A)*b (computed as a solve); a\b of a number is b/a
+                if self.is_scalar(sa):
+                    self.mspecial[id(n)] = "ldiv"
+                    return sb
+                if not (self.unify(sa[0], sa[1]) and self.unify(sa[0], sb[0])):
+                    self.fail(n, f"{self.text(n)} solves with {self.text(a)} ({self.show(sa)}), which needs a square "
+                                 f"matrix with as many rows as {self.text(b)} ({self.show(sb)})")
+                self.mspecial[id(n)] = "solve"
+                return (sa[1], sb[1])
             if n.value == "m/":
                 if not self.is_scalar(sb):
                     self.fail(n, f"{self.text(n)} divides by {self.text(b)}, which is {self.describe(sb)}: "
@@ -195,6 +204,10 @@ class MatlabTyper(_Typer):
             return super().make(n, args)
         if how == "div":
             return ir.div(*args)
+        if how == "ldiv":
+            return ir.div(args[1], args[0])
+        if how == "solve":
+            return ir.matmul(ir.func("inv", args[0]), args[1])
         if how == "scale":
             return ir.mul(*args)
         if how == "matmul":

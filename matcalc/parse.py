@@ -271,6 +271,10 @@ def _parenthesised(node: Node, source: str) -> bool:
 _DOT_OPS = {"*": "MATLAB's entrywise product: in matcalc, * is already entrywise (@ is the matrix product)",
             "/": "MATLAB's entrywise division: in matcalc write /",
             "^": "MATLAB's entrywise power: in matcalc write ** (or ^)"}
+_LATEX = {"top", "intercal", "operatorname", "mathrm", "mathbf", "frac", "left", "right", "cdot", "times", "circ",
+          "odot", "sqrt", "log", "exp", "det", "tr", "sum", "Vert", "lVert", "rVert", "|", "{", "text", "mathsf"}
+
+
 def _character_hint(source: str, pos: int, ch: str) -> str:
     """What a character matcalc does not read was probably meant to say, and how to write it."""
     before = source[:pos].rstrip()
@@ -292,6 +296,11 @@ def _character_hint(source: str, pos: int, ch: str) -> str:
         return " (matcalc takes an expression, not an equation)"
     if ch == ".":
         return _dot_hint(source, pos)
+    command = re.match(r"\\([A-Za-z]+|[|{])", source[pos:])
+    if ch == "\\" and command and (command.group(1) in _LATEX or len(command.group(1)) > 1 and not (
+            before and (before[-1].isalnum() or before[-1] in ")'_"))):  # \operatorname{tr}, x^\top; not A\b
+        return (" (LaTeX is not read: write tr(X) for \\operatorname{tr}, x.T for x^\\top, norm2(x) for \\|x\\|, "
+                "inv(X) for X^{-1}, @ for a product)")
     if ch in "|‖":
         return " (‖x‖ is norm2(x), ‖x‖² is norm2(x)**2 or x:x, |x| entrywise is abs(x), log|X| is logdet(X))"
     if ch in _SUPERSCRIPTS:
@@ -301,7 +310,7 @@ def _character_hint(source: str, pos: int, ch: str) -> str:
 
 # characters of typeset mathematics, and how matcalc writes them
 _SYMBOL_HINTS = {
-    "\\": " (A\\b, MATLAB's solve, is inv(A)@b: matcalc computes it as a solve; inv(A)*b in the MATLAB syntax)",
+    "\\": " (A\\b, MATLAB's solve, is inv(A)@b: matcalc computes it as a solve; the MATLAB syntax reads A\\b)",
     "⊗": " (the Kronecker product A⊗B is kron(A, B))",
     "×": " (write * for the entrywise product, @ for the matrix product)",
     "·": " (write * for the entrywise product, @ for the matrix product, x.T@y or x:y for a dot product)",

@@ -253,3 +253,25 @@ def test_sum_of_a_matrix_says_matlab_would_sum_its_columns_unless_summed_again()
         warnings.simplefilter("error")
         matcalc.derive("sum(sum(X.*Y))", "X", syntax="matlab")  # the total in MATLAB too: no note
         matcalc.derive("sum(x.^2)", "x", syntax="matlab")
+
+
+def test_backslash_is_matlabs_solve():
+    rng = np.random.default_rng(3)
+    A = rng.standard_normal((4, 4)) + 4 * np.eye(4)
+    x = rng.standard_normal(4)
+    d = matcalc.derive("x'*(A\\x)", "x", syntax="matlab")
+    Ai = np.linalg.inv(A)
+    np.testing.assert_allclose(d.function(A=A, x=x), (Ai + Ai.T) @ x, rtol=1e-12)
+    d = matcalc.derive("y'*(X\\y)", "X", syntax="matlab")  # d(yᵀX⁻¹y) = -X⁻ᵀyyᵀX⁻ᵀ
+    np.testing.assert_allclose(d.function(X=A, y=x), -Ai.T @ np.outer(x, x) @ Ai.T, rtol=1e-12)
+    np.testing.assert_allclose(matcalc.derive("sum(c\\x)", "x", syntax="matlab").function(c=2.0, x=x), 0.5 * np.ones(4))
+    with pytest.raises(matcalc.ShapeError, match="needs a square matrix"):
+        matcalc.derive("sum(X\\Y)", "X", syntax="matlab", shapes={"X": (3, 4)})
+
+
+@pytest.mark.parametrize("expr", ["x^\\top A x", "\\operatorname{tr}(A X)", "\\|A x - b\\|^2"])
+def test_latex_gets_the_latex_hint_and_a_solve_the_solve_hint(expr):
+    with pytest.raises(matcalc.ParseError, match="LaTeX is not read"):
+        matcalc.derive(expr, "x")
+    with pytest.raises(matcalc.ParseError, match="MATLAB's solve"):
+        matcalc.derive("x.T@(A\\x)", "x")
