@@ -358,13 +358,14 @@ def test_no_note_on_sums_of_squares_parenthesised_quotients_or_non_square_powers
     ("mu@w - gamma/2*w.T@S@w", "matcalc", "mu is a number by its Greek name; to make it a vector declare it"),
     ("sum(softplus(-R@w - t))/(n*(1 - beta)) + t", "matcalc",
      "t and n are vectors by the spelling of their names: declared numbers (shapes={'t': (), 'n': ()}"),
+    ("sum(w)/N", "matcalc", "N is a matrix by the spelling of its name (upper case): declared a number"),
 ])
 def test_a_refusal_names_the_names_whose_spelling_gave_the_wrong_shape(expr, syntax, words):
     with pytest.raises(ShapeError) as e:
         matcalc.derive(expr, "w", syntax=syntax)
     assert words in str(e.value)
     # and the declaration it gives makes the question work
-    decl = {"mu": ("n",)} if "mu" in words else {"t": (), "n": ()}
+    decl = {"mu": ("n",)} if "mu" in words else {"N": ()} if "N" in words else {"t": (), "n": ()}
     assert matcalc.derive(expr, "w", syntax=syntax, shapes=decl).gradient.shape[1] == 1
 
 
