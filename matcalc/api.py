@@ -528,12 +528,6 @@ def _scalar_hint(expr, typed, shapes, definitions, syntax, symmetric, wrt=()) ->
         if scalar_with({**shapes, name: ()}):
             return (f"; {name} is a vector by the spelling of its name: declared a number "
                     f"(shapes={{'{name}': ()}}, --shape {name}=scalar), it makes λ a scalar")
-    for name in [n for n in typed.symbols if n not in shapes and n not in wrt and default_kind(n) == 2][:6]:
-        if perf_counter() - start > 0.2:  # sum(x)/N, -T*logsumexp(-e/T): a number named in upper case
-            return ""
-        if scalar_with({**shapes, name: ()}):
-            return (f"; {name} is a matrix by the spelling of its name (upper case): declared a number "
-                    f"(shapes={{'{name}': ()}}, --shape {name}=scalar), it makes λ a scalar")
     for i, a in enumerate(spelled[:8]):  # softplus(-R@w - t)/(n*(1 - beta)): two of them
         for b in spelled[i + 1:8]:
             if perf_counter() - start > 0.2:
@@ -569,6 +563,12 @@ def _scalar_hint(expr, typed, shapes, definitions, syntax, symmetric, wrt=()) ->
     if syntax == "matcalc" and ("*" in expr or "'" in expr) and scalar_with(shapes, "matlab"):
         return ("; * is the entrywise product here: write @ for the matrix product, or read the "
                 "question in MATLAB syntax (--syntax matlab, syntax='matlab')")
+    for name in [n for n in typed.symbols if n not in shapes and n not in wrt and default_kind(n) == 2][:6]:
+        if perf_counter() - start > 0.2:  # sum(x)/N, -T*logsumexp(-e/T): a number named in upper case
+            return ""
+        if scalar_with({**shapes, name: ()}):
+            return (f"; {name} is a matrix by the spelling of its name (upper case): declared a number "
+                    f"(shapes={{'{name}': ()}}, --shape {name}=scalar), it makes λ a scalar")
     return ""
 
 
