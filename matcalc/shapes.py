@@ -48,6 +48,7 @@ FUNCTIONS = set(_USER)
 ALIASES = {alias: op.name for alias, op in _USER.items() if alias != op.name}
 IDENTITY_NAMES = ("I", "eye")
 PI_NAMES = ("pi", "π")  # the number unless declared or defined
+SIZED = {"ones": 0, "eye": 0, "unvec": 1}  # calls whose arguments from this one on are sizes
 
 def _is_name(s: str) -> bool:
     """A name as the grammar reads one (n, d_in, λ; not ³, ① or xᵀ): dimensions and definitions."""
@@ -209,6 +210,7 @@ class _Typer:
         self.power_noted: set = set()  # id(X**k) noted as entrywise inside a matrix product
         self.quotient_noted: dict = {}  # id(a/b) -> its note, where a/b@c is (a/b)@c
         self.renamed: dict = {}       # id(call) -> the function it is: norm(x, 1) is norm1(x)
+        self.size_names: set = set()  # id(name) of a declared dimension as a size: ones(n), eye(n)
         self.spread: dict = {}  # an undeclared vector spread over a matrix's columns -> what NumPy does
         self.attrs: dict = {}         # id(call node) -> its integer parameter (an axis, a power)
         self.pending: list = []       # product dimensions still to be decided
@@ -497,6 +499,8 @@ class _Typer:
         if k == "num":
             return (1, 1)
         if k == "name":
+            if id(n) in self.size_names:  # ones(n), eye(n) of a declared dimension n: a size, no symbol
+                return (1, 1)
             if n.value in IDENTITY_NAMES:
                 v = self.fresh()
                 self.eyes.append((n, v))
@@ -1037,6 +1041,8 @@ class _Typer:
         products and quotients of them."""
         if node.kind == "num" and float(node.value).is_integer() and 0 < node.value <= 10 ** 6:
             return int(node.value)
+        if id(node) in self.size_names:
+            return node.value
         if node.kind == "call" and node.value == "size" and len(node.children) == 2:
             axis = self.attrs.get(id(node))
             return self.shape[id(node.children[0])][axis % 2]
@@ -1049,8 +1055,10 @@ class _Typer:
             q = None if isinstance(a, (Var, Prod)) or isinstance(b, (Var, Prod)) else ir.dim_div(a, b)
             if q is not None:
                 return q
+        hint = (f" ({node.value} is a size where it names a dimension of a declared shape: "
+                f"shapes={{'x': ('{node.value}',)}}, --shape x={node.value})" if node.kind == "name" else "")
         self.fail(node, f"a size must be a whole number, size(X, axis), or products and "
-                        f"quotients of them, got {self.text(node)}")
+                        f"quotients of them, got {self.text(node)}{hint}")
 
     def integer(self, node: Node, what: str) -> int:
         """An integer literal argument (an axis, a power), possibly negative."""
@@ -1118,6 +1126,8 @@ class _Typer:
                 return ir.const(n.value, tuple(self.resolve(d) for d in sp))
             return ir.const(n.value)
         if k == "name":
+            if id(n) in self.size_names:
+                return ir.const(1.0)  # (read by the call as a size, never built into the IR)
             if n.value in IDENTITY_NAMES:
                 return ir.eye(rs[0])
             if n.value in self.opaque:
@@ -1310,7 +1320,12 @@ def typecheck(ast: Node, source: str, declared: dict | None = None,
     used |= {k for k in (definitions or {}) if isinstance(k, str)} | set(declared or {})
     t.user_dim_names = t.user_dim_names | used
     t.diag_name = "diag" if syntax == "matlab" else "Diag"
-    t.diag_args = _diag_args([ast] + [_parsed_or_none(parse, v) for v in (definitions or {}).values()], t.diag_name)
+    dims = {d for spec in (declared or {}).values() if isinstance(spec, (tuple, list)) for d in spec
+            if isinstance(d, str)} - set(declared or {}) - set(definitions or {})
+    trees = [ast] + [_parsed_or_none(parse, v) for v in (definitions or {}).values()]
+    t.size_names = {id(c) for n in _nodes(*trees) if n.kind == "call" and n.value in SIZED
+                    for c in n.children[SIZED[n.value]:] if c.kind == "name" and c.value in dims}
+    t.diag_args = _diag_args(trees, t.diag_name)
     t._names = (n for n in _letters() if n not in t.user_dim_names)
     parsed = []
     for name, text, tree in _in_use_order(definitions or {}, parse):

@@ -245,6 +245,11 @@ def test_eye_of_a_size_is_the_identity_of_that_size(syntax):
     d = matcalc.derive("tr(inv(eye(size(X, 0)) + X))", "X", shapes={"X": (3, 3)})
     A = np.linalg.inv(np.eye(3) + X)
     np.testing.assert_allclose(d.function(X=X), -(A @ A).T, rtol=1e-12)
+    # a declared dimension's name as the size (np.eye(n), np.ones(n)); undeclared, a hint
+    d = matcalc.derive("logdet(eye(n) + X@X.T) + x.T@ones(n)", "X", shapes={"X": ("n", "d"), "x": ("n",)})
+    np.testing.assert_allclose(d.function(X=X, x=X[0]), 2 * np.linalg.inv(np.eye(3) + X @ X.T) @ X, rtol=1e-12)
+    with pytest.raises(matcalc.ShapeError, match="n is a size where it names a dimension of a declared shape"):
+        matcalc.derive("x.T@ones(n)", "x")
     with pytest.raises(matcalc.ShapeError, match="eye\\(3, 4\\) is not square"):
         matcalc.derive("sum(X*eye(3, 4))", "X")
     with pytest.raises(matcalc.ShapeError):  # (a size that X does not have)
