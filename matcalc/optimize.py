@@ -579,27 +579,20 @@ def _sigmoid_from_softplus(outputs: list) -> list:
 
 
 def _expm1_log1p(outputs: list) -> list:
-    """eᶻ − 1 = expm1(z) and 1 − eᶻ = −expm1(z), exact near z = 0 (1 − e^(−x/τ) at x = 1e-12
-    lost 5 digits), with eᶻ = expm1(z) + 1 where it is needed too (no second exponential);
-    log(1 + x) = log1p(x) when 1 + x is needed nowhere else: one array operation fewer."""
+    """eᶻ − 1 = expm1(z) when eᶻ is needed nowhere else, and log(1 + x) = log1p(x) when
+    1 + x is needed nowhere else: one array operation fewer, and exact near z = 0."""
     uses = _use_counts([_root(outputs)])
     one, minus_one = ir.const(1.0), ir.const(-1.0)
-    paired = []  # the exponentials written as expm1
 
     def fn(e: Expr) -> Expr:
-        if e.op == "add" and (minus_one in e.args or one in e.args):
-            c, sign = (minus_one, 1) if minus_one in e.args else (one, -1)
-            for t in e.args:
-                ex = t if sign == 1 else t.args[1] if t.op == "mul" and len(t.args) == 2 \
-                    and t.args[0] == minus_one else None
-                if ex is not None and ex.op == "exp" and ex.shape == e.shape:
-                    rest = list(e.args)
-                    rest.remove(c)
-                    m = ir.func("expm1", ex.args[0])
-                    rest[rest.index(t)] = m if sign == 1 else ir.neg(m)
-                    if uses.get(ex, 0) > 1:
-                        paired.append(ex)
-                    return rest[0] if len(rest) == 1 else ir.add(*rest)
+        if e.op == "add" and minus_one in e.args:
+            ex = next((t for t in e.args if t.op == "exp" and t.shape == e.shape
+                       and uses.get(t, 0) == 1), None)
+            if ex is not None:
+                rest = list(e.args)
+                rest.remove(minus_one)
+                rest[rest.index(ex)] = ir.func("expm1", ex.args[0])
+                return rest[0] if len(rest) == 1 else ir.add(*rest)
         if e.op == "log" and e.args[0].op == "add" and one in e.args[0].args \
                 and uses.get(e.args[0], 0) == 1:
             rest = list(e.args[0].args)
@@ -609,11 +602,7 @@ def _expm1_log1p(outputs: list) -> list:
                 return ir.func("log1p", x)
         return e
 
-    outputs = _rebuild(outputs, fn)
-    if not paired:
-        return outputs
-    m1 = {ex: ir.add(ir.func("expm1", ex.args[0]), one) for ex in paired}
-    return _rebuild(outputs, lambda e: m1.get(e, e))
+    return _rebuild(outputs, fn)
 
 
 def _signed(t: Expr) -> tuple:
