@@ -519,6 +519,8 @@ def _scalar_hint(expr, typed, shapes, definitions, syntax, symmetric, wrt=()) ->
     colon = _colon_reading(expr, syntax)
     if colon is not None and _scalar_text(colon, shapes, definitions, syntax, symmetric):
         return f"; : binds tighter than + and -: for the inner product of the sum write {colon}"
+    if syntax == "matcalc" and re.search(r"@\s*1\s*$", expr) and typed.expr.shape[1] == 1:  # x@1 (NumPy: a sum)
+        return "; X@1 is the row sums of X, and a column's own entries: for a vector's sum write sum(x) or x.T@1"
     if "e" not in shapes and re.search(r"(?<![\w.])e\s*(\^|\*\*)", expr):
         return "; e is a symbol here: for the exponential write exp(...)"
     spelled = [n for n in typed.symbols if n not in shapes and n not in wrt and default_kind(n) == 1]

@@ -917,9 +917,10 @@ register(Op("kron_sum", _blocks_rule, nargs=2, transpose=_t_kron_sum, shape_attr
             latex=lambda p, e: (f"\\operatorname{{blocksum}}\\left({p.p(e.args[0])[0]}, {p.p(e.args[1])[0]}\\right)", 7),
             torch=_np_kron_sum, jax=_np_kron_sum))
 def _text_matrix_power(p, e):
-    """X@X and X@X@X as products (shorter than matrix_power(X, 2)), higher powers by name."""
+    """X@X and X@X@X as products where shorter than matrix_power(X, k), else by name."""
     X, k = e.args[0], e.attr
-    if k in (2, 3) and p.p(X)[1] >= 6:  # (X, X.T, cos(X): not -P@-P)
+    base, prec = p.p(X)
+    if k in (2, 3) and prec >= 6 and k * len(base) + k - 1 <= len(base) + 17:  # (X, X.T, cos(X): not -P@-P)
         ir = _ir()
         return p.p(ir.matmul(ir.matmul(X, X), X) if k == 3 else ir.matmul(X, X))
     return f"matrix_power({p.arg(X)}, {k})"

@@ -676,21 +676,28 @@ class _Typer:
     def quotient_note(self, n):
         """x.T@A@x/x.T@B@x is ((x.T@A@x)/x.T)@B@x, as in Python: said once, on the whole chain
         after the quotient (a longer chain replaces the note of its start)."""
-        d = n.children[0]
+        d, after = n.children[0], [n.children[1]]
         while d.kind == "mul" and d.value == "@" and not _wrapped(self.text(d)):
-            d = d.children[0]
-        if not (d.kind == "mul" and d.value == "/" and not self.is_scalar(self.shape[id(d.children[1])])
-                and not _wrapped(self.text(d))):
+            d, after = d.children[0], [d.children[1]] + after
+        if not (d.kind == "mul" and d.value == "/" and not _wrapped(self.text(d))):
             return
+        den = self.shape[id(d.children[1])]
+        if not (self.vector_kind(den) == "row" and self.vector_kind(self.shape[id(after[-1])]) == "col"):
+            return  # (x.T@x after 1/: a number was meant; a matrix or column divisor reads as written)
         num, den = (self.text(c) for c in d.children)
         num = num if d.children[0].kind in ("name", "num", "call", "T") or _wrapped(num) else f"({num})"
-        rest = self.source[d.end:n.end].strip()
+        rest = "".join("@" + self.text(c) for c in after)
         said = self.quotient_noted.get(id(d))
         if said is not None:
             self.notes.remove(said)
         self.note(n, f"/ and @ bind equally, left to right: {self.text(n)} is ({self.text(d)}){rest}; for a "
                      f"quotient write {num}/({den}{rest})")
         self.quotient_noted[id(d)] = self.notes[-1]
+
+    def same_size(self, a, b) -> bool:
+        """Whether two dimensions are known to be equal (one variable, or equal sizes or names)."""
+        a, b = self.find(a), self.find(b)
+        return a is b or not isinstance(a, (Var, Prod)) and not isinstance(b, (Var, Prod)) and a == b
 
     def known_apart(self, a, b) -> bool:
         """Whether two dimensions are known to differ (declared 5 and 3, or n and m)."""
@@ -706,9 +713,8 @@ class _Typer:
             base, ex = p.children
             shape = self.shape.get(id(base))
             k = ex.value if ex.kind == "num" else None
-            if shape is None or not self.is_matrix(shape) or self.known_apart(*shape) or k is None \
-                    or k != int(k) or not 2 <= k <= 4:
-                continue
+            if shape is None or not self.is_matrix(shape) or not self.same_size(*shape) or k is None or k != int(k) or not 2 <= k <= 4 or p.value == "m^":
+                continue  # (a square matrix only, as far as typing knows it here; MATLAB's X^2 is the matrix power)
             self.power_noted.add(id(p))
             b = self.text(base)
             b = b if base.kind in ("name", "call", "T") or _wrapped(b) else f"({b})"
@@ -783,14 +789,13 @@ class _Typer:
             c = next(c for c in children if self.scalar_diag_hint((c, (1, 1))))
             self.fail(c, f"cannot {verb} {self.text(c)} (a number) and {self.text(arrays[0][0])} "
                          f"({self.show(arrays[0][1])}) entry by entry in {self.text(n)}{hint}")
-        if verb == "add":  # x - mu, logvar - mu**2: a Greek name is a number unless declared; say so where
-            for c in children:  # it broadcasts
-                name = _lone_name(c)
-                hint = self.default_scalar_hint(name) if name is not None and name.value not in self.greek_noted \
-                    and _stem(name.value) not in CONSTANT_NAMES and not self.is_pi(name.value) else ""
+        if verb == "add":  # x - mu: a Greek name is a number unless declared; say so where it broadcasts
+            for c in children:
+                hint = self.default_scalar_hint(c) if c.kind == "name" and c.value not in self.greek_noted \
+                    and _stem(c.value) not in CONSTANT_NAMES and not self.is_pi(c.value) else ""
                 if hint:
-                    self.greek_noted.add(name.value)
-                    self.note(c, f"{self.text(n)} adds the number {self.text(c)} to every entry{hint}")
+                    self.greek_noted.add(c.value)
+                    self.note(c, f"{self.text(n)} adds the number {c.value} to every entry{hint}")
         first_node, first = arrays[0]
         out = first
         outer = False  # a column met a row (noted as such: no note on the column's spread too)
@@ -943,8 +948,6 @@ class _Typer:
             if one_b is not b and self.find(sa[1]) == 1:
                 sb = (1, self.fresh())  # v@1ᵀ: an outer product with a row of ones
                 self.eyes.append((b, sb[1]))
-            elif one_b is b and self.find(sa[1]) == 1 and self.find(sa[0]) != 1:
-                sb = (sa[0], 1)  # x@1 of a column x: x's inner product with ones (NumPy's x @ ones), sum(x)
             else:
                 sb = (sa[1], 1)  # X@1: a column of ones, the row sums of X
             self.set_ones(b, one_b, sb)
@@ -994,8 +997,6 @@ class _Typer:
             return (v, v)
         name = ALIASES.get(n.value, n.value)
         op = _USER.get(name)
-        if name in ("tr", "det", "logdet", "inv"):
-            self.matrix_power_note(*n.children)
         if op is None:
             close = difflib.get_close_matches(name, sorted(FUNCTIONS), n=1)
             spelled = self.spelled.get(name)
@@ -1034,7 +1035,10 @@ class _Typer:
                     and not self._declared_column(n.children[0]):
                 attr = 0  # a vector's last axis, as NumPy's of a 1-D array: its only one, down the column
         self.attrs[id(n)] = attr
-        return op.shape(_CallUnifier(self, n, name, kid), kid[:op.nargs], attr)
+        out = op.shape(_CallUnifier(self, n, name, kid), kid[:op.nargs], attr)
+        if name in ("tr", "det", "logdet", "inv"):  # (after the rule: it makes the argument square)
+            self.matrix_power_note(*n.children)
+        return out
 
     def dimension(self, node: Node):
         """A size parameter (unvec(v, rows), ones(rows, cols)): a whole number, size(X, axis), or
@@ -1275,12 +1279,6 @@ def _nodes(*trees):
         n = todo.pop()
         yield n
         todo.extend(c for c in n.children if isinstance(c, Node))
-
-
-def _lone_name(node: Node):
-    """The one name node in node (mu, mu**2, exp(-mu)), or None: another name or none."""
-    names = [n for n in _nodes(node) if n.kind == "name"]
-    return names[0] if len(names) == 1 else None
 
 
 def _diag_args(trees, name: str) -> set:

@@ -275,3 +275,13 @@ def test_latex_gets_the_latex_hint_and_a_solve_the_solve_hint(expr):
         matcalc.derive(expr, "x")
     with pytest.raises(matcalc.ParseError, match="MATLAB's solve"):
         matcalc.derive("x.T@(A\\x)", "x")
+
+
+def test_matlab_matrix_power_gets_no_entrywise_note():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        d = matcalc.derive("trace(X^2)", "X", syntax="matlab")  # X^2 is X*X there
+    X = np.arange(4.0).reshape(2, 2)
+    np.testing.assert_allclose(d.function(X=X), 2 * X.T)

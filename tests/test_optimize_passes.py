@@ -80,3 +80,14 @@ def test_the_diagonal_of_a_product_is_not_the_whole_product(expr, wrt, closed):
                 v=rng.standard_normal(n))
     got = d.function(**{p: vals[p] for p in d.function.params})
     np.testing.assert_allclose(got, closed(**vals), rtol=1e-12)
+
+
+def test_a_sum_of_given_matrices_times_a_vector_is_two_products():
+    # (S.T + S)@w wrote the n×n sum first: 3-5x the time of w.dot(S) + S.dot(w) at 400-1500
+    d = matcalc.derive("b.T@w - 0.5*gamma*w.T@S@w", "w")
+    assert d.text == "b - 0.5*gamma*(S.T + S)@w"
+    body = d.numpy_source.split("def grad_w")[1]
+    assert "S.T + S" not in body and "S + S.T" not in body and body.count(".dot(") == 2, body
+    rng = np.random.default_rng(8)
+    S, w, b = rng.standard_normal((5, 5)), rng.standard_normal(5), rng.standard_normal(5)
+    np.testing.assert_allclose(d.function(S=S, w=w, b=b, gamma=0.4), b - 0.2 * (S + S.T) @ w, rtol=1e-14)
