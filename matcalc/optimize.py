@@ -194,7 +194,7 @@ def order_products(outputs: list) -> list:
         a, b = e.args
         for side, other, s in ((0, a, b), (1, b, a)):
             if s.op == "add" and uses.get(s, 1) <= 1 and len(s.args) <= 3 and 1 in other.shape \
-                    and 1 not in s.shape and all(_given(t) for t in s.args):
+                    and 1 not in s.shape and all(_given(t) and t.shape == s.shape for t in s.args):
                 return ir.add(*[rewrite(ir.matmul(other, t) if side == 0 else ir.matmul(t, other)) for t in s.args])
         return None
 

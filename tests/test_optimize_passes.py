@@ -91,3 +91,9 @@ def test_a_sum_of_given_matrices_times_a_vector_is_two_products():
     rng = np.random.default_rng(8)
     S, w, b = rng.standard_normal((5, 5)), rng.standard_normal(5), rng.standard_normal(5)
     np.testing.assert_allclose(d.function(S=S, w=w, b=b, gamma=0.4), b - 0.2 * (S + S.T) @ w, rtol=1e-14)
+    # a number in the sum stays in it (it has no product with the vector): (sigma - Q - W0)@z
+    d = matcalc.derive("sum(sigmoid((sigma - Q - W0)@z))", "z", shapes={"Q": (3, 4), "W0": (3, 4), "sigma": ()})
+    Q, W0, z = rng.standard_normal((3, 4)), rng.standard_normal((3, 4)), rng.standard_normal(4)
+    M = 0.7 - Q - W0
+    p = 1 / (1 + np.exp(-M @ z))
+    np.testing.assert_allclose(d.function(Q=Q, W0=W0, z=z, sigma=0.7), M.T @ (p * (1 - p)), rtol=1e-13)
