@@ -43,11 +43,14 @@ def regroup(e: Expr, names: dict) -> Expr:
     definitions' sums into the ones they meet), 2 W₂h + 2 b₂ − 2y is 2o − 2y for
     o = W₂h + b₂; the largest named sums first.  The same value."""
     sums = sorted(((_terms(n), n) for n in names if n.op == "add"), key=lambda t: -len(t[0]))
-    if not sums:
+    chains = sorted(((ir.chain_factors(n), n) for n in names if n.op == "matmul"), key=lambda t: -len(t[0]))
+    if not sums and not chains:
         return e
     sums = [([ir.split_coeff(t) for t in want], named) for want, named in sums]
 
     def group(n):
+        if n.op == "matmul" and chains:
+            return _named_chain(n, chains)
         if n.op != "add":
             return n
         terms = list(n.args)
@@ -67,12 +70,36 @@ def regroup(e: Expr, names: dict) -> Expr:
     return ir.rebuild([e], group)[0]
 
 
-REGROUP_STEP = ("the defined sums by their names", "\\text{the defined sums by their names}")  # (text, LaTeX)
+def _named_chain(n: Expr, chains: list) -> Expr:
+    """The matrix product n with every run of factors that is a named product written with
+    its name: -2 Xᵀ Z Zᵀ(y − Xb) is -2 Xᵀ Z g for g = Zᵀ(y − Xb), X.T@Pz@X for
+    Pz = Z inv(ZᵀZ) Zᵀ (the longest named products first)."""
+    fs = ir.chain_factors(n)
+    changed = False
+    for want, named in chains:
+        k = len(want)
+        if named is n:
+            continue
+        i = 0
+        while i + k <= len(fs):
+            if fs[i:i + k] == want:
+                fs[i:i + k] = [named]
+                changed = True
+            i += 1
+    if not changed:
+        return n
+    out = fs[0]
+    for f in fs[1:]:
+        out = ir.matmul(out, f)
+    return out
+
+
+REGROUP_STEP = ("the definitions by their names", "\\text{the definitions by their names}")  # (text, LaTeX)
 
 
 def regrouped(e: Expr, names: dict) -> Expr:
-    """regroup(e, names), where a name stands for a sum (else e itself, at no cost)."""
-    return regroup(e, names) if any(n.op == "add" for n in names) else e
+    """regroup(e, names), where a name stands for a sum or a product (else e itself, at no cost)."""
+    return regroup(e, names) if any(n.op in ("add", "matmul") for n in names) else e
 
 
 def _multiple(want: list, terms: list):

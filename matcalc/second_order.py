@@ -202,7 +202,7 @@ class _LinearMap:
     @cached_property
     def _shown(self):
         """The map as printed: the factored form when there is one (dW written once), with
-        the defined sums by their names."""
+        the definitions by their names."""
         if self.linear is None:
             return self._zero
         if self._huge:  # (written with names: the factored form is built apart from them)
@@ -294,7 +294,7 @@ class _LinearMap:
                     "\\text{collect } \\mathrm{d}" + tex_name(self.wrt))
 
     def _regroup_step(self, wrap=lambda e: e):
-        """The step that writes the defined sums by their names, if any."""
+        """The step that writes the definitions by their names, if any."""
         before = self._factored if self._factored is not None else self.linear
         if self.linear is None or self._huge or self._shown is before:
             return None

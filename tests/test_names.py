@@ -115,8 +115,8 @@ def test_a_defined_sum_met_by_other_terms_keeps_its_name():
     defs = {"x1": "x + h*tanh(W@x + b)", "x2": "x1 + h*tanh(W@x1 + b)"}
     d = matcalc.derive("norm2(x2 - y)**2", "W", definitions=defs, shapes={"h": ()})
     assert d.text.count("x2 - y") == 2 and len(d.text) <= 130
-    assert d.steps[-1].written == "the defined sums by their names"
-    assert d.steps[-1].identity_latex == "\\text{the defined sums by their names}"  # (not a tab and "ext")
+    assert d.steps[-1].written == "the definitions by their names"
+    assert d.steps[-1].identity_latex == "\\text{the definitions by their names}"  # (not a tab and "ext")
     rng = np.random.default_rng(0)
     W, (x, b, y), h = rng.standard_normal((3, 3)), rng.standard_normal((3, 3)), 0.3
 
@@ -166,7 +166,7 @@ def test_hessians_and_jacobians_write_defined_sums_by_their_names():
     H = matcalc.hessian("sum(log(1 + exp(o - y)))", "b2", definitions=MLP)
     assert H.text == "sigmoid(o - y)*(1 - sigmoid(o - y))*db2"  # (was sigmoid(W2@h + b2 - y) twice)
     assert H.kron == "Diag(sigmoid(o - y)*(1 - sigmoid(o - y)))"
-    assert H.steps[-1].identity == "the defined sums by their names"
+    assert H.steps[-1].identity == "the definitions by their names"
     defs = {"x1": "x + h*tanh(W@x + b)", "x2": "x1 + h*tanh(W@x1 + b)"}
     J = matcalc.jacobian("tanh(x2 - y)", "b", definitions=defs, shapes={"h": ()})
     assert "tanh(x2 - y)" in J.text and "x + h*tanh" not in J.text
@@ -182,3 +182,19 @@ def test_hessians_and_jacobians_write_defined_sums_by_their_names():
         return np.tanh(x1 + h * np.tanh(W @ x1 + b) - y)
 
     np.testing.assert_allclose(J.matrix(W=W, x=x, b=b, y=y, h=h), _fd(F, b), atol=1e-8)
+
+
+def test_a_defined_product_met_inside_a_longer_product_keeps_its_name():
+    # g = Z.T@(y - X@b) in the GMM objective g.T@g: the gradient wrote -2*X.T@Z@Z.T@(y - X@b)
+    rng = np.random.default_rng(6)
+    Z, X, y, b = rng.standard_normal((7, 4)), rng.standard_normal((7, 3)), rng.standard_normal(7), rng.standard_normal(3)
+    d = matcalc.derive("g.T@g", "b", definitions={"g": "Z.T@(y - X@b)"})
+    assert d.text == "-2*X.T@Z@g" and d.steps[-1].identity == "the definitions by their names"
+    np.testing.assert_allclose(d.function(Z=Z, X=X, y=y, b=b), -2 * X.T @ Z @ Z.T @ (y - X @ b), rtol=1e-12)
+    # a projection Pz = Z inv(ZᵀZ) Zᵀ inside inv(X.T@Pz@X), twice
+    d = matcalc.derive("c.T@inv(X.T@Pz@X)@c", "X", definitions={"Pz": "Z@inv(Z.T@Z)@Z.T"})
+    assert d.text == "-2*Pz@X@inv(X.T@Pz@X)@c@c.T@inv(X.T@Pz@X)"
+    c = rng.standard_normal(3)
+    P = Z @ np.linalg.inv(Z.T @ Z) @ Z.T
+    M = np.linalg.inv(X.T @ P @ X)
+    np.testing.assert_allclose(d.function(Z=Z, X=X, c=c), -2 * P @ X @ M @ np.outer(c, c) @ M, rtol=1e-10)
