@@ -653,6 +653,7 @@ def s_mul(*fs: Expr) -> Expr:
         if f.op == "sign" and f.args[0] in rest and f.args[0].shape == f.shape:
             rest.remove(f)
             rest[rest.index(f.args[0])] = s_func("abs", f.args[0])
+    _sign_by_abs(rest, denominators)
     if denominators and c != 0.0:  # x∘y⊘x = y, 4x⊘(4y) = x⊘y, x⊘x³ = 1⊘x²
         c, rest, denominators = _cancel_quotient(c, rest, denominators)
     if denominators and c != 0.0:
@@ -710,6 +711,37 @@ def _split_scalars(e: Expr):
         return [], e
     arr = [f for f in e.args if f.shape != SCALAR]
     return sc, (arr[0] if len(arr) == 1 else s_mul(*arr))
+
+
+def _sign_by_abs(rest: list, denominators: list) -> None:
+    """sign(u)∘|u|ᵏ = u∘|u|ᵏ⁻¹, sign(u)²∘|u|ᵏ = |u|ᵏ (both 0 at u = 0 too) and sign(u)⊘|u| = 1⊘u,
+    in a product's factors and denominators: the gradient of Σ|x|³ is 3x∘|x|, not 3|x|²∘sign(x)."""
+    def power_of_abs(g, u):
+        if g.op == "abs" and g.args[0] == u:
+            return 1.0
+        if g.op == "pow" and g.args[0].op == "abs" and g.args[0].args[0] == u and g.args[1].op == "const":
+            return g.args[1].attr
+        return None
+
+    for f in list(rest):
+        squared = f.op == "pow" and f.args[0].op == "sign" and f.args[1] == const(2.0)
+        if not (f.op == "sign" or squared) or f not in rest:
+            continue
+        u = f.args[0].args[0] if squared else f.args[0]
+        if u.shape != f.shape:
+            continue
+        g = next((g for g in rest if g is not f and ((k := power_of_abs(g, u) or 0) == 1.0 or k >= 2.0)), None)  # (not
+        # |u|^1.5: u∘|u|^-0.5 would be nan at 0)
+        if g is not None:
+            rest.remove(f)
+            if not squared:
+                k = power_of_abs(g, u)
+                rest[rest.index(g)] = u
+                if k != 1.0:
+                    rest.append(s_pow(s_func("abs", u), const(k - 1.0)))
+        elif not squared and (d := next((d for d in denominators if power_of_abs(d, u) == 1.0), None)) is not None:
+            rest.remove(f)
+            denominators[denominators.index(d)] = u
 
 
 def ones_multiple(e: Expr):
@@ -792,6 +824,8 @@ def s_matmul(a: Expr, b: Expr) -> Expr:
             return s_mul(a.args[0], b)
     if b.op == "Diag" and a.shape[0] == 1:  # vᵀDiag(h) = (h∘v)ᵀ
         return s_T(s_mul(b.args[0], s_T(a)))
+    if b.op == "Diag" and a.op == "matmul" and a.args[1].op == "Diag":  # A Diag(g) Diag(h) = A Diag(g∘h)
+        return s_matmul(a.args[0], s_func("Diag", s_mul(a.args[1].args[0], b.args[0])))
     last = a.args[1] if a.op == "matmul" else a
     if _inverse_pair(last, b):  # X⁻¹X = I, and through transposes: X⁻ᵀXᵀ = I
         return a.args[0] if a.op == "matmul" else ir.eye(shape[0])

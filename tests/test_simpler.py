@@ -966,3 +966,29 @@ def test_a_sum_along_an_axis_of_a_product_sums_its_last_factor():
 
     fd = [(lam(m + 1e-6 * e) - lam(m - 1e-6 * e)) / 2e-6 for e in np.eye(3)]
     np.testing.assert_allclose(d.function(X=X, m=m, nu=nu, S=S), fd, rtol=1e-7)
+
+
+@pytest.mark.parametrize("expr, wrt, text, grad", [
+    ("-sum(log(abs(diag(L))))", "L", "Diag(-1/diag(L))", lambda L: -np.diag(1 / np.diag(L))),
+    ("sum(abs(x)**3)", "x", "3*x*abs(x)", lambda x: 3 * x * np.abs(x)),
+    ("sum(abs(x)**2)", "x", "2*x", lambda x: 2 * x),
+    ("sum(abs(x)**1.5)", "x", "1.5*abs(x)**0.5*sign(x)", lambda x: 1.5 * np.sqrt(np.abs(x)) * np.sign(x)),  # (kept:
+    # x∘|x|^-0.5 would be nan at 0)
+])
+def test_sign_times_abs_is_the_variable(expr, wrt, text, grad):
+    d = matcalc.derive(expr, wrt)
+    assert d.text == text
+    v = np.array([[0.5, -2.0, 0.0], [3.0, 1.5, -0.25], [1.0, 2.0, -4.0]]) if wrt == "L" else np.array([0.5, -2.0, 0.0, 3.0])
+    if wrt == "L":
+        v = v + 5 * np.eye(3)
+    np.testing.assert_allclose(d.function(**{wrt: v}), grad(v), rtol=1e-14)
+
+
+def test_two_diagonal_factors_in_a_product_are_one():
+    # logdet(A Diag(c) Diag(c) Aᵀ) had two equal terms, one with Diag(c**2), one with Diag(c)@Diag(c)
+    d = matcalc.derive("logdet(A@Diag(c)@Diag(c)@A.T)", "A")
+    assert d.text == "2*inv(A@Diag(c**2)@A.T)@A@Diag(c**2)"
+    rng = np.random.default_rng(7)
+    A, c = rng.standard_normal((3, 4)), rng.standard_normal(4)
+    M = A @ np.diag(c * c) @ A.T
+    np.testing.assert_allclose(d.function(A=A, c=c), 2 * np.linalg.inv(M) @ A @ np.diag(c * c), rtol=1e-12)
