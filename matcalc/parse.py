@@ -136,6 +136,8 @@ def parse(source: str, syntax: str = "matcalc") -> Node:
             msg += " (unbalanced parentheses, or an operand is missing)"
         elif tok.type == "EQUALS":
             msg += " (matcalc takes an expression, not an equation; axis= or dim= names an axis: sum(X, axis=0))"
+        elif re.match(r"['\"]\w*['\"]", source[pos:]):  # norm(X, 'fro'), sum(X, 'all'): no strings
+            msg += _character_hint(source, pos, '"')
         elif tok.type in ("NAME", "NUMBER", "LPAR"):
             msg += (" (an operator is missing: write products with *, ∘ or @)" if syntax != "matlab" else
                     " (an operator is missing: write products with * (matrix) or .* (entry by entry))")
@@ -282,6 +284,11 @@ def _character_hint(source: str, pos: int, ch: str) -> str:
         return " (X^{-1} is inv(X), X^{T} is X.T, x^{2} is x**2)"
     if ch == ":" and before.endswith("(") and source[pos + 1:].lstrip().startswith(")"):
         return " (X(:), every entry of X in one column, is vec(X); matcalc has no indexing)"
+    if ch == ":":  # (only the MATLAB syntax has no ':')
+        return " (: is matcalc's Frobenius product; in the MATLAB syntax write trace(A'*B) or sum(sum(A.*B)))"
+    if ch in "\"'" and re.match(r"['\"]\w*['\"]", source[pos:]):
+        return (" (matcalc takes no strings: norm(X, 'fro') is norm2(X), sum(X, 'all') is sum(X); an axis "
+                "is a number, sum(X, 0))")
     if ch == "[":
         if re.match(r"\[\s*(:\s*,\s*None|None\s*,\s*:)\s*\]", source[pos:]):  # x[:, None], x[None, :]
             return " (matcalc has no indexing: a vector is a column already, and x[None, :] is x.T)"

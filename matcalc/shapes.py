@@ -180,6 +180,8 @@ class Typed:
 
 # names that usually stand for a number (a step size, a tolerance), vectors by their spelling:
 # a note says how to declare them numbers
+COUNT_NAMES = frozenset({"n", "m", "k", "d", "N_", "num", "count", "batch", "bs"})  # a divisor by these is a
+# count more often than a vector (g/n, sqrt(d)): noted there
 NUMBER_LIKE_NAMES = frozenset({"eps", "lr", "reg", "lam", "lmbda", "tol", "temp", "temperature", "wd",
                                "decay", "momentum", "margin", "scale", "coef", "const", "rate", "step_size",
                                "ell", "ℓ", "ls", "lengthscale", "length_scale", "bandwidth", "sf2", "sn2",
@@ -784,6 +786,14 @@ class _Typer:
         arrays = [(c, s) for c, s in zip(children, shapes) if not self.is_scalar(s)]
         if not arrays:
             return (1, 1)
+        if verb == "divide":  # g/n, Q@K.T/sqrt(d): a count spelled as a vector
+            c = children[1] if children[1].kind == "name" else _lone_call_arg(children[1])
+            if c is not None and c.value in COUNT_NAMES and self.spelled_kind(1, c) is not None \
+                    and not self.is_scalar(shapes[0]) and c.value not in self.greek_noted:
+                self.greek_noted.add(c.value)
+                self.note(children[1], f"{self.text(n)} divides entry by entry by the vector {c.value} (a vector by the "
+                                       f"spelling of its name); for a count or a size declare it a number: "
+                                       f"shapes={{'{c.value}': ()}}, --shape {c.value}=scalar")
         hint = self.scalar_diag_hint(*zip(children, shapes))
         if hint:  # W@W.T + Diag(s): s on every entry, never what is meant
             c = next(c for c in children if self.scalar_diag_hint((c, (1, 1))))
@@ -1279,6 +1289,13 @@ def _nodes(*trees):
         n = todo.pop()
         yield n
         todo.extend(c for c in n.children if isinstance(c, Node))
+
+
+def _lone_call_arg(node: Node):
+    """The name in sqrt(d) or log(n) (an entrywise call of one name), else None."""
+    if node.kind == "call" and len(node.children) == 1 and node.children[0].kind == "name":
+        return node.children[0]
+    return None
 
 
 def _diag_args(trees, name: str) -> set:

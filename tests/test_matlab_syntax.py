@@ -285,3 +285,8 @@ def test_matlab_matrix_power_gets_no_entrywise_note():
         d = matcalc.derive("trace(X^2)", "X", syntax="matlab")  # X^2 is X*X there
     X = np.arange(4.0).reshape(2, 2)
     np.testing.assert_allclose(d.function(X=X), 2 * X.T)
+
+
+def test_a_colon_in_the_matlab_syntax_says_how_to_write_the_frobenius_product():
+    with pytest.raises(matcalc.ParseError, match=r"in the MATLAB syntax write trace\(A'\*B\)"):
+        matcalc.derive("(A'*P):(A'*P)", "P", syntax="matlab")

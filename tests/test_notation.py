@@ -334,6 +334,9 @@ def test_diag_of_a_declared_number_met_by_an_array_is_refused_with_the_way_to_wr
     # / and @ bind equally: the whole chain after the quotient is named, once
     ("x.T@A@x/x.T@B@x", "x", "is (x.T@A@x/x.T)@B@x; for a quotient write (x.T@A@x)/(x.T@B@x)"),
     ("1/x.T@x", "x", "for a quotient write 1/(x.T@x)"),
+    # a count or size spelled as a vector, as a divisor (a GMM moment's /n, attention's /sqrt(d))
+    ("(Z.T@(y - X@b)/n).T@W@(Z.T@(y - X@b)/n)", "b", "divides entry by entry by the vector n"),
+    ("G:(softmax(Q@K.T/sqrt(d), 1)@V)", "Q", "for a count or a size declare it a number: shapes={'d': ()}"),
 ])
 def test_readings_python_gives_that_papers_do_not_are_noted(expr, wrt, words):
     _, notes = notes_of(expr, wrt)
@@ -348,10 +351,12 @@ def test_readings_python_gives_that_papers_do_not_are_noted(expr, wrt, words):
     ("sum(X**2@w)", "X", None), ("norm2(W@X**2 - Y)**2", "W", None), ("sum(2*(X/S@W))", "X", None),
     ("sum((X - mean(X, 0))/s.T@W)", "X", None), ("sum(exp(X)/sum(exp(X), 1)@W)", "X", None),
     # Greek numbers inside what is added: log(sigma), mu**2 in an expanded square
-    ("sum(log(sigma) + (x - m)**2/(2*sigma**2))", "x", None), ("sum(x**2 - 2*mu*x + mu**2)", "x", None)])
+    ("sum(log(sigma) + (x - m)**2/(2*sigma**2))", "x", None), ("sum(x**2 - 2*mu*x + mu**2)", "x", None),
+    ("sum(x/n)", "x", {"n": ()}), ("x.T@n", "x", None)])
 def test_no_note_on_sums_of_squares_parenthesised_quotients_or_non_square_powers(expr, wrt, shapes):
     _, notes = notes_of(expr, wrt, shapes=shapes)
-    assert not [n for n in notes if "power" in str(n) or "bind equally" in str(n) or "adds the number" in str(n)]
+    assert not [n for n in notes if "power" in str(n) or "bind equally" in str(n) or "adds the number" in str(n)
+                or "divides entry by entry" in str(n)]
 
 
 @pytest.mark.parametrize("expr, syntax, words", [

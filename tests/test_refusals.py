@@ -229,6 +229,8 @@ def test_cli_help_and_version():
     ("sum(x – y)", "x", ["write - for a minus sign"]),
     ("sum（x）", "x", ["ASCII parentheses"]),
     ("eye(3, 3, 3):W", "W", ["the identity is I, eye or eye(n)"]),
+    ("norm(W, 'fro')**2", "W", ["matcalc takes no strings: norm(X, 'fro') is norm2(X)"]),
+    ('norm(W, "fro")**2', "W", ["matcalc takes no strings"]),
     ("x - y : 1", "x", [": binds tighter than + and -", "(x - y):1"]),  # not "declare x a number"
     ("e^(x:x)", "x", ["e is a symbol here", "exp(...)"]),
     ("sum(W(1, 1)) + sum(W)", "W", ["W is a variable", "no indexing"]),
