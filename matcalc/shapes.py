@@ -552,8 +552,11 @@ class _Typer:
                 hint = ""
                 if base.kind == "name" and base.value == "e" and "e" not in self.declared:
                     hint = f" (for the exponential write exp({self.text(ex)}))"
-                elif base.kind == "num" and base.value > 0:  # 2**x: NumPy's power of each entry
-                    hint = f" (for {self.text(base)} to the power of each entry write exp({self.text(ex)}*log({self.text(base)})))"
+                elif base.kind == "num" and base.value > 0 or self.is_scalar(kid[0]):  # 2**x, alpha**x: NumPy's
+                    ex_text = self.text(ex)
+                    ex_text = ex_text if ex.kind in ("name", "call", "num") or _wrapped(ex_text) else f"({ex_text})"
+                    hint = (f" (for {self.text(base)} to the power of each entry write exp({ex_text}*log({self.text(base)}))"
+                            + ("" if base.kind == "num" else f", for a positive {self.text(base)}") + ")")
                 self.fail(n.children[1], f"the exponent {self.text(n.children[1])} must be a scalar, "
                                          f"it is {self.describe(kid[1])}{hint}")
             self.power_notes(n, kid)

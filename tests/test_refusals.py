@@ -230,6 +230,8 @@ def test_cli_help_and_version():
     ("sum（x）", "x", ["ASCII parentheses"]),
     ("eye(3, 3, 3):W", "W", ["the identity is I, eye or eye(n)"]),
     ("norm(W, 'fro')**2", "W", ["matcalc takes no strings: norm(X, 'fro') is norm2(X)"]),
+    ("sum(alpha**W)", "W", ["for alpha to the power of each entry write exp(W*log(alpha)), for a positive alpha"]),
+    ("sum(2**(W + 1))", "W", ["write exp((W + 1)*log(2))"]),
     ('norm(W, "fro")**2', "W", ["matcalc takes no strings"]),
     ("x - y : 1", "x", [": binds tighter than + and -", "(x - y):1"]),  # not "declare x a number"
     ("e^(x:x)", "x", ["e is a symbol here", "exp(...)"]),
