@@ -71,19 +71,23 @@ def regroup(e: Expr, names: dict) -> Expr:
 
 
 def _named_chain(n: Expr, chains: list) -> Expr:
-    """The matrix product n with every run of factors that is a named product written with
-    its name: -2 Xᵀ Z Zᵀ(y − Xb) is -2 Xᵀ Z g for g = Zᵀ(y − Xb), X.T@Pz@X for
-    Pz = Z inv(ZᵀZ) Zᵀ (the longest named products first)."""
+    """The matrix product n with every run of factors that is a named product (or its
+    transpose) written with its name: -2 Xᵀ Z Zᵀ(y − Xb) is -2 Xᵀ Z g for g = Zᵀ(y − Xb),
+    (y − Xb)ᵀZ is gᵀ, X.T@Pz@X for Pz = Z inv(ZᵀZ) Zᵀ (the longest named products first)."""
     fs = ir.chain_factors(n)
     changed = False
     for want, named in chains:
         k = len(want)
         if named is n:
             continue
+        back = [_transposed(f) for f in reversed(want)]  # (ZᵀR)ᵀ = RᵀZ: gᵀ
         i = 0
         while i + k <= len(fs):
             if fs[i:i + k] == want:
                 fs[i:i + k] = [named]
+                changed = True
+            elif fs[i:i + k] == back and back != want:
+                fs[i:i + k] = [ir.T(named)]
                 changed = True
             i += 1
     if not changed:
@@ -92,6 +96,11 @@ def _named_chain(n: Expr, chains: list) -> Expr:
     for f in fs[1:]:
         out = ir.matmul(out, f)
     return out
+
+
+def _transposed(f: Expr) -> Expr:
+    """fᵀ, without a double transpose: (Zᵀ)ᵀ is Z."""
+    return f.args[0] if f.op == "T" else ir.T(f)
 
 
 REGROUP_STEP = ("the definitions by their names", "\\text{the definitions by their names}")  # (text, LaTeX)

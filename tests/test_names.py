@@ -191,6 +191,12 @@ def test_a_defined_product_met_inside_a_longer_product_keeps_its_name():
     d = matcalc.derive("g.T@g", "b", definitions={"g": "Z.T@(y - X@b)"})
     assert d.text == "-2*X.T@Z@g" and d.steps[-1].identity == "the definitions by their names"
     np.testing.assert_allclose(d.function(Z=Z, X=X, y=y, b=b), -2 * X.T @ Z @ Z.T @ (y - X @ b), rtol=1e-12)
+    # and its transpose: (y - X@b).T@Z is g.T
+    W = rng.standard_normal((4, 4))
+    d = matcalc.derive("g.T@W@g", "W", definitions={"g": "Z.T@(y - X@b)"})
+    assert d.text == "g@g.T"
+    g = Z.T @ (y - X @ b)
+    np.testing.assert_allclose(d.function(Z=Z, X=X, y=y, b=b, W=W), np.outer(g, g), rtol=1e-12)
     # a projection Pz = Z inv(ZᵀZ) Zᵀ inside inv(X.T@Pz@X), twice
     d = matcalc.derive("c.T@inv(X.T@Pz@X)@c", "X", definitions={"Pz": "Z@inv(Z.T@Z)@Z.T"})
     assert d.text == "-2*Pz@X@inv(X.T@Pz@X)@c@c.T@inv(X.T@Pz@X)"
