@@ -42,6 +42,7 @@ class Derivation:
         self.wrt = wrt
         self.lam = primal
         self.gradient = G
+        self.shown = G  # G as printed (a defined product by its name; the code computes G)
         self.steps: list[Step] = steps
         self.rules = rules
         self.user_shapes = typed.user_shapes
@@ -108,11 +109,11 @@ class Derivation:
     @cached_property
     def text(self) -> str:
         """G in matcalc syntax (using the names of ``definitions=``, if any)."""
-        return self._print(self.gradient, self._user_names)
+        return self._print(self.shown, self._user_names)
 
     @cached_property
     def latex(self) -> str:
-        return self._latex(self.gradient, self._user_names)
+        return self._latex(self.shown, self._user_names)
 
     def _definitions(self, printer):
         """[(name, its value printed with the other names)], each after those it uses."""
@@ -130,7 +131,7 @@ class Derivation:
         (LaTeX with latex=True, keyed by the LaTeX name)."""
         prim = self._prim_names()
         written = dict(definitions_in_order(prim))  # name -> the node its definition writes
-        used, todo = set(), [self.gradient]
+        used, todo = set(), [self.shown]
         while todo:  # the names in G, and those their written values use
             for n in ir.walk(todo.pop()):
                 if n in prim and prim[n] not in used:
@@ -143,11 +144,11 @@ class Derivation:
     @cached_property
     def short_text(self) -> str:
         """G written with the short names of ``definitions`` (z, p, h, …)."""
-        return self._print(self.gradient, self._names)
+        return self._print(self.shown, self._names)
 
     @cached_property
     def short_latex(self) -> str:
-        return self._latex(self.gradient, self._names)
+        return self._latex(self.shown, self._names)
 
     def layout(self, convention: str = "denominator"):
         """(text, shape) of ∂λ/∂W in a layout convention: ``denominator`` (the gradient, W's
@@ -158,7 +159,7 @@ class Derivation:
             raise DeriveError(f"layout must be 'numerator' or 'denominator', not {convention!r}")
         from .simplify import s_T
 
-        GT = s_T(self.gradient)
+        GT = s_T(self.shown)
         shape = self.shape[::-1] if len(self.shape) == 2 else ((1,) + self.shape if self.shape else ())
         return self._print(GT, self._user_names), shape
 
@@ -687,12 +688,13 @@ def _derive_one(expr, typed, wrt, syntax="matcalc", symmetric=(), form=None) -> 
             hidden = steps[-1].expanded if steps else frozenset()
             steps.append(Step(term(G0, dW), term(G, dW), f"{IDENTITY}: {', '.join(shown)}", hidden,
                               IDENTITY_LATEX))
-    G0, G = G, regrouped(G, user_names)  # x + h*tanh(W@x + b) - y: x2 - y
-    if G is not G0:
+    G0, G = G, regrouped(G, user_names, products=False)  # x + h*tanh(W@x + b) - y: x2 - y (the code's too)
+    G_shown = regrouped(G, user_names)  # and -2*X.T@Z@g for g = Z.T@(y - X@b): printed only
+    if G_shown is not G0:
         from .adjoint import term
 
         hidden = steps[-1].expanded if steps else frozenset()
-        steps.append(Step(term(G0, dW), term(G, dW), REGROUP_STEP[0], hidden, REGROUP_STEP[1]))
+        steps.append(Step(term(G0, dW), term(G_shown, dW), REGROUP_STEP[0], hidden, REGROUP_STEP[1]))
     if "d" + wrt in typed.symbols:  # a symbol named dW: the steps write W's differential d(W)
         names[dW] = DiffName(wrt, f"d({wrt})")
     if wrt in typed.spread and G.op == "const" and G.attr == 0.0:  # X@W + b, b per row, under softmax(·, 1)
@@ -701,6 +703,7 @@ def _derive_one(expr, typed, wrt, syntax="matcalc", symmetric=(), form=None) -> 
             message = f"{wrt} is a column spread over the columns (the note on {wrt} says what NumPy does instead)"
         warnings.warn(NotationWarning(f"∂λ/∂{wrt} is 0 everywhere: {message}", expr, start, end), stacklevel=3)
     d = Derivation(expr, typed, primal, wrt, G, steps, rules, user_names, names)
+    d.shown = G_shown
     d.syntax = syntax
     d._subst = subst
     d.symmetric = tuple(symmetric)

@@ -36,14 +36,18 @@ def definition_names(definitions: dict | None) -> dict:
     return out
 
 
-def regroup(e: Expr, names: dict) -> Expr:
+def regroup(e: Expr, names: dict, products: bool = True) -> Expr:
     """e with every sum that holds all the terms of a named sum, each times one number k,
     written with that name: x + h∘tanh(W x + b) + h∘tanh(W x₁ + b) − y is x₂ − y for
     x₂ = x₁ + h∘tanh(W x₁ + b) and x₁ = x + h∘tanh(W x + b) (simplify flattens the
     definitions' sums into the ones they meet), 2 W₂h + 2 b₂ − 2y is 2o − 2y for
-    o = W₂h + b₂; the largest named sums first.  The same value."""
+    o = W₂h + b₂; the largest named sums first; with ``products``, named products too
+    (_named_chain: for printing only, since a named product is then computed as a whole,
+    an n×n matrix where the chain it stood in needed only products with vectors).  The
+    same value."""
     sums = sorted(((_terms(n), n) for n in names if n.op == "add"), key=lambda t: -len(t[0]))
-    chains = sorted(((ir.chain_factors(n), n) for n in names if n.op == "matmul"), key=lambda t: -len(t[0]))
+    chains = sorted(((ir.chain_factors(n), n) for n in names if n.op == "matmul" and products),
+                    key=lambda t: -len(t[0]))
     if not sums and not chains:
         return e
     sums = [([ir.split_coeff(t) for t in want], named) for want, named in sums]
@@ -106,9 +110,11 @@ def _transposed(f: Expr) -> Expr:
 REGROUP_STEP = ("the definitions by their names", "\\text{the definitions by their names}")  # (text, LaTeX)
 
 
-def regrouped(e: Expr, names: dict) -> Expr:
-    """regroup(e, names), where a name stands for a sum or a product (else e itself, at no cost)."""
-    return regroup(e, names) if any(n.op in ("add", "matmul") for n in names) else e
+def regrouped(e: Expr, names: dict, products: bool = True) -> Expr:
+    """regroup(e, names, products), where a name stands for a sum or a product (else e itself,
+    at no cost)."""
+    ops = ("add", "matmul") if products else ("add",)
+    return regroup(e, names, products) if any(n.op in ops for n in names) else e
 
 
 def _multiple(want: list, terms: list):

@@ -920,7 +920,8 @@ def _text_matrix_power(p, e):
     """X@X and X@X@X as products where shorter than matrix_power(X, k), else by name."""
     X, k = e.args[0], e.attr
     base, prec = p.p(X)
-    if k in (2, 3) and prec >= 6 and k * len(base) + k - 1 <= len(base) + 17:  # (X, X.T, cos(X): not -P@-P)
+    if k in (2, 3) and prec >= 6 and k * len(base) + k + 1 <= len(base) + 17:  # (X, X.T, cos(X): not -P@-P;
+        # shorter with the brackets a context may need)
         ir = _ir()
         return p.p(ir.matmul(ir.matmul(X, X), X) if k == 3 else ir.matmul(X, X))
     return f"matrix_power({p.arg(X)}, {k})"

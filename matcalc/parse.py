@@ -287,8 +287,7 @@ def _character_hint(source: str, pos: int, ch: str) -> str:
     if ch == ":":  # (only the MATLAB syntax has no ':')
         return " (: is matcalc's Frobenius product; in the MATLAB syntax write trace(A'*B) or sum(sum(A.*B)))"
     if ch in "\"'" and re.match(r"['\"]\w*['\"]", source[pos:]):
-        return (" (matcalc takes no strings: norm(X, 'fro') is norm2(X), sum(X, 'all') is sum(X); an axis "
-                "is a number, sum(X, 0))")
+        return " (matcalc takes no strings: norm(X, 'fro') is norm2(X), sum(X, 'all') is sum(X))"
     if ch == "[":
         if re.match(r"\[\s*(:\s*,\s*None|None\s*,\s*:)\s*\]", source[pos:]):  # x[:, None], x[None, :]
             return " (matcalc has no indexing: a vector is a column already, and x[None, :] is x.T)"

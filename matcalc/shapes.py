@@ -209,7 +209,7 @@ class _Typer:
         self.greek_noted: set = set()  # Greek names already noted as numbers added to arrays
         self.diag_args: set = set()   # names that are Diag's argument (Diag(psi)): vectors, even Greek
         self.diag_name = "Diag"       # (MATLAB's diag of a vector)
-        self.power_noted: set = set()  # id(X**k) noted as entrywise inside a matrix product
+        self.power_noted: set = set()  # X**k (as typed) noted as entrywise inside a trace or a det
         self.quotient_noted: dict = {}  # id(a/b) -> its note, where a/b@c is (a/b)@c
         self.renamed: dict = {}       # id(call) -> the function it is: norm(x, 1) is norm1(x)
         self.size_names: set = set()  # id(name) of a declared dimension as a size: ones(n), eye(n)
@@ -552,8 +552,8 @@ class _Typer:
                 hint = ""
                 if base.kind == "name" and base.value == "e" and "e" not in self.declared:
                     hint = f" (for the exponential write exp({self.text(ex)}))"
-                elif base.kind == "num" and base.value > 0 or self.is_scalar(kid[0]):  # 2**x, alpha**x: NumPy's
-                    ex_text = self.text(ex)
+                elif base.kind == "num" and base.value > 0 or base.kind == "name" and self.is_scalar(kid[0]):  # 2**x,
+                    ex_text = self.text(ex)  # (alpha**x: NumPy's power of each entry)
                     ex_text = ex_text if ex.kind in ("name", "call", "num") or _wrapped(ex_text) else f"({ex_text})"
                     hint = (f" (for {self.text(base)} to the power of each entry write exp({ex_text}*log({self.text(base)}))"
                             + ("" if base.kind == "num" else f", for a positive {self.text(base)}") + ")")
@@ -710,17 +710,18 @@ class _Typer:
         return not isinstance(a, (Var, Prod)) and not isinstance(b, (Var, Prod)) and a != b
 
     def matrix_power_note(self, *nodes):
-        """For X**k (k = 2, 3, …) of a square matrix X as a factor of @ or in tr, det, logdet, inv,
-        where paper notation means the matrix power: say it is entrywise."""
+        """For X**k (k = 2, 3, …) of a square matrix X in tr, det, logdet or inv, where paper
+        notation means the matrix power: say it is entrywise (not in a product: W**2@v carries
+        a layer's variances), once per spelling."""
         for p in nodes:
-            if p.kind != "pow" or id(p) in self.power_noted:
+            if p.kind != "pow" or self.text(p) in self.power_noted:
                 continue
             base, ex = p.children
             shape = self.shape.get(id(base))
             k = ex.value if ex.kind == "num" else None
             if shape is None or not self.is_matrix(shape) or not self.same_size(*shape) or k is None or k != int(k) or not 2 <= k <= 4 or p.value == "m^":
                 continue  # (a square matrix only, as far as typing knows it here; MATLAB's X^2 is the matrix power)
-            self.power_noted.add(id(p))
+            self.power_noted.add(self.text(p))
             b = self.text(base)
             b = b if base.kind in ("name", "call", "T") or _wrapped(b) else f"({b})"
             self.note(p, f"{self.text(p)} raises every entry of {b} to the power {int(k)}; for the "
@@ -947,7 +948,6 @@ class _Typer:
     def matmul(self, n, kid):
         (a, b), (sa, sb) = n.children, kid
         if n.value == "@":
-            self.matrix_power_note(a, b)
             self.quotient_note(n)
         one_a, one_b = self.ones_operand(a), self.ones_operand(b)
         if one_a is not None and not self.is_scalar(sb):

@@ -742,6 +742,18 @@ def _sign_by_abs(rest: list, denominators: list) -> None:
         elif not squared and (d := next((d for d in denominators if power_of_abs(d, u) == 1.0), None)) is not None:
             rest.remove(f)
             denominators[denominators.index(d)] = u
+    for f in list(rest):  # u²∘|u|ᵏ = |u|ᵏ⁺² (20|x|³, not 5|x|³ + 15x²|x|); u∘|u|²ᵐ = u²ᵐ⁺¹ (4x³, not 4x|x|²)
+        u, sq = (f.args[0], True) if f.op == "pow" and f.args[1] == const(2.0) else (f, False)
+        g = next((g for g in rest if g is not f and power_of_abs(g, u) is not None), None) if f in rest else None
+        if g is None or g.shape != f.shape:
+            continue
+        k = power_of_abs(g, u)
+        if sq:
+            rest.remove(f)
+            rest[rest.index(g)] = s_pow(s_func("abs", u), const(k + 2.0))
+        elif k == round(k) and k % 2 == 0:
+            rest.remove(f)
+            rest[rest.index(g)] = s_pow(u, const(k + 1.0))
 
 
 def ones_multiple(e: Expr):

@@ -329,7 +329,7 @@ def test_diag_of_a_declared_number_met_by_an_array_is_refused_with_the_way_to_wr
     ("sum(w@mu)", "w", "w@mu multiplies by the number mu (mu is a number by its Greek name"),
     # X**k in a matrix product or a trace: entrywise, where papers mean the matrix power
     ("tr(X^3)", "X", "X^3 raises every entry of X to the power 3; for the matrix power write X@X@X"),
-    ("tr(A) + x.T@A**2@x", "x", "for the matrix power write A@A"),  # (A square by its trace)
+    ("logdet(A**2)", "A", "for the matrix power write A@A"),
     ("tr((A + X)**2)", "X", "for the matrix power write (A + X)@(A + X)"),
     # / and @ bind equally: the whole chain after the quotient is named, once
     ("x.T@A@x/x.T@B@x", "x", "is (x.T@A@x/x.T)@B@x; for a quotient write (x.T@A@x)/(x.T@B@x)"),
@@ -349,6 +349,7 @@ def test_readings_python_gives_that_papers_do_not_are_noted(expr, wrt, words):
     ("sum(alpha*x - epsilon**2)", "x", None), ("sum((X/Y)@Z)", "X", None),
     # not known square: a row norm's or a feature's square; a divisor that is not a row before a column
     ("sum(X**2@w)", "X", None), ("norm2(W@X**2 - Y)**2", "W", None), ("sum(2*(X/S@W))", "X", None),
+    ("norm2(W**2@v)", "W", {"W": ("n", "n")}),  # (a layer's variances: entrywise meant in a product)
     ("sum((X - mean(X, 0))/s.T@W)", "X", None), ("sum(exp(X)/sum(exp(X), 1)@W)", "X", None),
     # Greek numbers inside what is added: log(sigma), mu**2 in an expanded square
     ("sum(log(sigma) + (x - m)**2/(2*sigma**2))", "x", None), ("sum(x**2 - 2*mu*x + mu**2)", "x", None),

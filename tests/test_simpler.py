@@ -992,3 +992,14 @@ def test_two_diagonal_factors_in_a_product_are_one():
     A, c = rng.standard_normal((3, 4)), rng.standard_normal(4)
     M = A @ np.diag(c * c) @ A.T
     np.testing.assert_allclose(d.function(A=A, c=c), 2 * np.linalg.inv(M) @ A @ np.diag(c * c), rtol=1e-12)
+
+
+@pytest.mark.parametrize("k, grad, hess", [(4, "4*x**3", "12*x**2*dx"), (5, "5*x*abs(x)**3", "20*dx*abs(x)**3"),
+                                            (6, "6*x**5", "30*x**4*dx")])
+def test_powers_of_abs_read_as_by_hand(k, grad, hess):
+    # u∘|u|²ᵐ = u²ᵐ⁺¹ and u²∘|u|ᵏ = |u|ᵏ⁺²: the Hessian of Σ|x|⁵ was 5|x|³ + 15x²|x| (two terms)
+    d, H = matcalc.derive(f"sum(abs(x)**{k})", "x"), matcalc.hessian(f"sum(abs(x)**{k})", "x")
+    assert (d.text, H.text) == (grad, hess)
+    x = np.array([0.5, -2.0, 0.0, 3.0])
+    np.testing.assert_allclose(d.function(x=x), k * np.abs(x) ** (k - 1) * np.sign(x), rtol=1e-14)
+    np.testing.assert_allclose(H.matrix(x=x), np.diag(k * (k - 1) * np.abs(x) ** (k - 2)), rtol=1e-14)
