@@ -48,13 +48,17 @@ def regroup(e: Expr, names: dict, products: bool = True) -> Expr:
     sums = sorted(((_terms(n), n) for n in names if n.op == "add"), key=lambda t: -len(t[0]))
     chains = sorted(((ir.chain_factors(n), n) for n in names if n.op == "matmul" and products),
                     key=lambda t: -len(t[0]))
-    if not sums and not chains:
+    scaled_chains = [(ir.chain_factors(p), sc, n) for n in names if products and (sp := _scaled_chain(n)) is not None
+                     for sc, p in [sp]]  # m = β A⁻¹Xᵀy: (its chain, its numbers, m)
+    if not sums and not chains and not scaled_chains:
         return e
     sums = [([ir.split_coeff(t) for t in want], named) for want, named in sums]
 
     def group(n):
         if n.op == "matmul" and chains:
             return _named_chain(n, chains)
+        if n.op == "mul" and scaled_chains:
+            return _named_scaled_chain(n, scaled_chains)
         if n.op != "add":
             return n
         terms = list(n.args)
@@ -102,6 +106,39 @@ def _named_chain(n: Expr, chains: list) -> Expr:
     return out
 
 
+def _scaled_chain(n: Expr):
+    """(its number factors, its product) for a node c·(A B …), else None."""
+    if n.op != "mul":
+        return None
+    sc = [f for f in n.args if f.shape == ir.SCALAR]
+    arr = [f for f in n.args if f.shape != ir.SCALAR]
+    return (sc, arr[0]) if sc and len(arr) == 1 and arr[0].op == "matmul" else None
+
+
+def _named_scaled_chain(n: Expr, scaled: list) -> Expr:
+    """The product c·(…) with a run of factors and the numbers of a named c'·(product) written
+    with its name: β X A⁻¹Xᵀy is X m for m = β A⁻¹Xᵀy (where the numbers are there to take)."""
+    sp = _scaled_chain(n)
+    if sp is None:
+        return n
+    sc, prod = sp
+    fs = ir.chain_factors(prod)
+    for want, need, named in scaled:
+        k = len(want)
+        i = next((i for i in range(len(fs) - k + 1) if fs[i:i + k] == want), None)
+        rest = list(sc)
+        if i is None or named is n or any(rest.count(f) < need.count(f) for f in need):
+            continue
+        for f in need:
+            rest.remove(f)
+        fs[i:i + k] = [named]
+        out = fs[0]
+        for f in fs[1:]:
+            out = ir.matmul(out, f)
+        return Expr("mul", tuple(rest) + (out,), None, n.shape) if rest else out
+    return n
+
+
 def _transposed(f: Expr) -> Expr:
     """fᵀ, without a double transpose: (Zᵀ)ᵀ is Z."""
     return f.args[0] if f.op == "T" else ir.T(f)
@@ -113,7 +150,7 @@ REGROUP_STEP = ("the definitions by their names", "\\text{the definitions by the
 def regrouped(e: Expr, names: dict, products: bool = True) -> Expr:
     """regroup(e, names, products), where a name stands for a sum or a product (else e itself,
     at no cost)."""
-    ops = ("add", "matmul") if products else ("add",)
+    ops = ("add", "matmul", "mul") if products else ("add",)
     return regroup(e, names, products) if any(n.op in ops for n in names) else e
 
 

@@ -204,3 +204,21 @@ def test_a_defined_product_met_inside_a_longer_product_keeps_its_name():
     P = Z @ np.linalg.inv(Z.T @ Z) @ Z.T
     M = np.linalg.inv(X.T @ P @ X)
     np.testing.assert_allclose(d.function(Z=Z, X=X, c=c), -2 * P @ X @ M @ np.outer(c, c) @ M, rtol=1e-10)
+
+
+def test_a_scaled_defined_product_is_named_where_its_number_is_there_to_take():
+    # Bayesian evidence, m = beta*inv(A)@X.T@y: y - beta*X@inv(A)@X.T@y is y - X@m (154 → 138 characters)
+    defs = {"A": "alpha*I + beta*X.T@X", "m": "beta*inv(A)@X.T@y"}
+    expr = "0.5*beta*norm2(y - X@m)**2 + 0.5*alpha*m.T@m + 0.5*logdet(A) - 0.5*size(X, 1)*log(alpha)"
+    d = matcalc.derive(expr, "alpha", definitions=defs)
+    assert "y - X@m" in d.text and "beta*X@inv(A)" not in d.text and len(d.text) <= 140, d.text
+    rng = np.random.default_rng(9)
+    X, y, al, be = rng.standard_normal((6, 3)), rng.standard_normal(6), 0.7, 1.3
+
+    def lam(al):
+        A = al * np.eye(3) + be * X.T @ X
+        m = be * np.linalg.solve(A, X.T @ y)
+        return 0.5 * be * np.sum((y - X @ m) ** 2) + 0.5 * al * m @ m + 0.5 * np.linalg.slogdet(A)[1] - 1.5 * np.log(al)
+
+    np.testing.assert_allclose(d.function(X=X, y=y, alpha=al, beta=be), (lam(al + 1e-6) - lam(al - 1e-6)) / 2e-6,
+                               rtol=1e-7)
