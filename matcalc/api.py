@@ -516,6 +516,16 @@ def _scalar_hint(expr, typed, shapes, definitions, syntax, symmetric, wrt=()) ->
     def scalar_with(declared, syn=syntax):
         return _scalar_text(expr, declared, definitions, syn, symmetric)
 
+    def first(tries):
+        """The hint of the first (declaration, hint) that makes λ a scalar; "" once the time is
+        spent; None if none does."""
+        for declared, hint in tries:
+            if perf_counter() - start > 0.2:
+                return ""
+            if scalar_with({**shapes, **declared}):
+                return hint
+        return None
+
     shapes = dict(shapes or {}) if isinstance(shapes, dict) else {}
     colon = _colon_reading(expr, syntax)
     if colon is not None and _scalar_text(colon, shapes, definitions, syntax, symmetric):
@@ -525,29 +535,23 @@ def _scalar_hint(expr, typed, shapes, definitions, syntax, symmetric, wrt=()) ->
     if "e" not in shapes and re.search(r"(?<![\w.])e\s*(\^|\*\*)", expr):
         return "; e is a symbol here: for the exponential write exp(...)"
     spelled = [n for n in typed.symbols if n not in shapes and n not in wrt and default_kind(n) == 1]
-    for name in spelled[:12]:
-        if perf_counter() - start > 0.2:
-            return ""
-        if scalar_with({**shapes, name: ()}):
-            return (f"; {name} is a vector by the spelling of its name: declared a number "
-                    f"(shapes={{'{name}': ()}}, --shape {name}=scalar), it makes λ a scalar")
-    for i, a in enumerate(spelled[:8]):  # softplus(-R@w - t)/(n*(1 - beta)): two of them
-        for b in spelled[i + 1:8]:
-            if perf_counter() - start > 0.2:
-                return ""
-            if scalar_with({**shapes, a: (), b: ()}):
-                return (f"; {a} and {b} are vectors by the spelling of their names: declared numbers "
-                        f"(shapes={{'{a}': (), '{b}': ()}}, --shape {a}=scalar --shape {b}=scalar), "
-                        f"they make λ a scalar")
+    hint = first(({name: ()}, f"; {name} is a vector by the spelling of its name: declared a number "
+                              f"(shapes={{'{name}': ()}}, --shape {name}=scalar), it makes λ a scalar")
+                 for name in spelled[:12])
+    if hint is None:  # softplus(-R@w - t)/(n*(1 - beta)): two of them
+        hint = first(({a: (), b: ()}, f"; {a} and {b} are vectors by the spelling of their names: declared numbers "
+                                      f"(shapes={{'{a}': (), '{b}': ()}}, --shape {a}=scalar --shape {b}=scalar), "
+                                      f"they make λ a scalar")
+                     for i, a in enumerate(spelled[:8]) for b in spelled[i + 1:8])
     from .shapes import greek
 
     dim = next(d for d in ("n", "m", "k", "p") if d not in typed.symbols)
-    for name in [n for n in typed.symbols if n not in shapes and greek(n)][:12]:  # mu'*w: mu a vector
-        if perf_counter() - start > 0.2:
-            return ""
-        if scalar_with({**shapes, name: (dim,)}):
-            return (f"; {name} is a number by its Greek name: declared a vector "
-                    f"(shapes={{'{name}': ('{dim}',)}}, --shape {name}={dim}), it makes λ a scalar")
+    if hint is None:  # mu'*w: mu a vector
+        hint = first(({name: (dim,)}, f"; {name} is a number by its Greek name: declared a vector "
+                                      f"(shapes={{'{name}': ('{dim}',)}}, --shape {name}={dim}), it makes λ a scalar")
+                     for name in [n for n in typed.symbols if n not in shapes and greek(n)][:12])
+    if hint is not None:
+        return hint
     if syntax == "matlab":  # a'*X*b: a–g are numbers by the MATLAB syntax's naming
         from .matlab import matlab_kind
 
@@ -566,13 +570,10 @@ def _scalar_hint(expr, typed, shapes, definitions, syntax, symmetric, wrt=()) ->
     if syntax == "matcalc" and ("*" in expr or "'" in expr) and scalar_with(shapes, "matlab"):
         return ("; * is the entrywise product here: write @ for the matrix product, or read the "
                 "question in MATLAB syntax (--syntax matlab, syntax='matlab')")
-    for name in [n for n in typed.symbols if n not in shapes and n not in wrt and default_kind(n) == 2][:6]:
-        if perf_counter() - start > 0.2:  # sum(x)/N, -T*logsumexp(-e/T): a number named in upper case
-            return ""
-        if scalar_with({**shapes, name: ()}):
-            return (f"; {name} is a matrix by the spelling of its name (upper case): declared a number "
-                    f"(shapes={{'{name}': ()}}, --shape {name}=scalar), it makes λ a scalar")
-    return ""
+    return first(({name: ()}, f"; {name} is a matrix by the spelling of its name (upper case): declared a number "
+                              f"(shapes={{'{name}': ()}}, --shape {name}=scalar), it makes λ a scalar")
+                 for name in [n for n in typed.symbols if n not in shapes and n not in wrt and default_kind(n) == 2][:6]
+                 ) or ""  # (sum(x)/N, -T*logsumexp(-e/T): a number named in upper case)
 
 
 def _at_for_star(expr: str, scalar, start: float, most: int = 6):

@@ -94,9 +94,11 @@ def not_in_expression(wrt: str, names) -> DeriveError:
     """The refusal of a wrt the expression does not contain, with the closest symbol's name."""
     import difflib
 
+    from .shapes import PI_NAMES
+
     names = list(names)
     pi = (f" ({wrt} is the number π unless its shape is declared: shapes={{'{wrt}': ('n',)}}, --shape {wrt}=n)"
-          if wrt in ("pi", "π") else "")
+          if wrt in PI_NAMES else "")
     if not names:
         return DeriveError(f"{wrt!r} does not occur in the expression, which has no symbols: "
                            f"it is a constant{pi}")

@@ -362,6 +362,15 @@ def chain_factors(e: Expr) -> list:
     return out
 
 
+def chain_product(fs: list) -> Expr:
+    """The product of factors, left to right, as they are (chain_factors' inverse; simplify's
+    _chain reassociates A(BC) as (AB)C as it multiplies)."""
+    out = fs[0]
+    for f in fs[1:]:
+        out = matmul(out, f)
+    return out
+
+
 def use_counts(outputs) -> dict:
     """node -> how many argument slots refer to it, over the given roots."""
     uses: dict = {}

@@ -98,12 +98,7 @@ def _named_chain(n: Expr, chains: list) -> Expr:
                 fs[i:i + k] = [ir.T(named)]
                 changed = True
             i += 1
-    if not changed:
-        return n
-    out = fs[0]
-    for f in fs[1:]:
-        out = ir.matmul(out, f)
-    return out
+    return ir.chain_product(fs) if changed else n
 
 
 def _scaled_chain(n: Expr):
@@ -132,9 +127,7 @@ def _named_scaled_chain(n: Expr, scaled: list) -> Expr:
         for f in need:
             rest.remove(f)
         fs[i:i + k] = [named]
-        out = fs[0]
-        for f in fs[1:]:
-            out = ir.matmul(out, f)
+        out = ir.chain_product(fs)
         return Expr("mul", tuple(rest) + (out,), None, n.shape) if rest else out
     return n
 

@@ -136,8 +136,8 @@ def parse(source: str, syntax: str = "matcalc") -> Node:
             msg += " (unbalanced parentheses, or an operand is missing)"
         elif tok.type == "EQUALS":
             msg += " (matcalc takes an expression, not an equation; axis= or dim= names an axis: sum(X, axis=0))"
-        elif re.match(r"['\"]\w*['\"]", source[pos:]):  # norm(X, 'fro'), sum(X, 'all'): no strings
-            msg += _character_hint(source, pos, '"')
+        elif source[pos] in "'\"" and _character_hint(source, pos, source[pos]):  # norm(X, 'fro'): no strings
+            msg += _character_hint(source, pos, source[pos])
         elif tok.type in ("NAME", "NUMBER", "LPAR"):
             msg += (" (an operator is missing: write products with *, ∘ or @)" if syntax != "matlab" else
                     " (an operator is missing: write products with * (matrix) or .* (entry by entry))")
@@ -331,7 +331,6 @@ _SYMBOL_HINTS = {
 
 _SUPERSCRIPTS = "²³¹⁰ⁱ⁴⁵⁶⁷⁸⁹⁺⁻⁼⁽⁾ⁿ"
 _MODULES = ("np", "numpy", "jnp", "torch", "math", "tf", "sp", "scipy", "F")
-# a module's function names that matcalc spells differently (np.linalg.norm is norm2)
 # functions users know by other names, and how matcalc writes them
 SPELLED = {"solve": "write inv(A)@B: matcalc computes it as a solve", "log_softmax":
             "write log(softmax(z)), which matcalc computes as z - logsumexp(z)", "logsoftmax":
@@ -395,6 +394,7 @@ SPELLED = {"solve": "write inv(A)@B: matcalc computes it as a solve", "log_softm
             **{name: f"write {name.lower()}(...), in lower case" for name in ("ReLU", "Sigmoid", "Tanh", "Softplus",
                                                                              "Softmax", "Exp", "Log", "GELU", "SiLU")}}
 
+# a module's function names that matcalc spells differently (np.linalg.norm is norm2)
 _MODULE_NAMES = {"norm": "norm2", "trace": "tr", "slogdet": "logdet", "expit": "sigmoid", "inverse": "inv",
                  "matmul": "@", "mm": "@", "dot": "@", "transpose": ".T", "log_softmax": "log(softmax(...))"}
 
@@ -432,7 +432,6 @@ def _dot_hint(source: str, pos: int) -> str:
         return (f" ({(source[j:k] if j < pos else '(...).' + source[pos + 1:k])} is a method (NumPy's or torch's); "
                 f"matcalc has functions: {method})")
     return ""
-
 
 
 def _two_arguments(source: str, k: int) -> bool:

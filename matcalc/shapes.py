@@ -1285,15 +1285,6 @@ def _wrapped(text: str) -> bool:
     return True
 
 
-def _nodes(*trees):
-    """Every node of the trees (None: none), without recursion."""
-    todo = [t for t in trees if t is not None]
-    while todo:
-        n = todo.pop()
-        yield n
-        todo.extend(c for c in n.children if isinstance(c, Node))
-
-
 def _lone_call_arg(node: Node):
     """The name in sqrt(d) or log(n) (an entrywise call of one name), else None."""
     if node.kind == "call" and len(node.children) == 1 and node.children[0].kind == "name":
@@ -1303,7 +1294,7 @@ def _lone_call_arg(node: Node):
 
 def _diag_args(trees, name: str) -> set:
     """The names that are the one argument of a call of name (Diag(psi)) in the trees."""
-    return {n.children[0].value for n in _nodes(*trees)
+    return {n.children[0].value for t in trees for n in _walk(t)
             if n.kind == "call" and n.value == name and len(n.children) == 1 and n.children[0].kind == "name"}
 
 
@@ -1340,8 +1331,8 @@ def typecheck(ast: Node, source: str, declared: dict | None = None,
     t.diag_name = "diag" if syntax == "matlab" else "Diag"
     dims = {d for spec in (declared or {}).values() if isinstance(spec, (tuple, list)) for d in spec
             if isinstance(d, str)} - set(declared or {}) - set(definitions or {})
-    trees = [ast] + [_parsed_or_none(parse, v) for v in (definitions or {}).values()]
-    t.size_names = {id(c) for n in _nodes(*trees) if n.kind == "call" and n.value in SIZED
+    trees = [ast] + [d for d in (_parsed_or_none(parse, v) for v in (definitions or {}).values()) if d is not None]
+    t.size_names = {id(c) for tree in trees for n in _walk(tree) if n.kind == "call" and n.value in SIZED
                     for c in n.children[SIZED[n.value]:] if c.kind == "name" and c.value in dims}
     t.diag_args = _diag_args(trees, t.diag_name)
     t._names = (n for n in _letters() if n not in t.user_dim_names)
