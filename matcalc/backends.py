@@ -171,6 +171,8 @@ class FrameworkEmitter(codegen.Emitter):
     def full(self, shape, value: float) -> str:
         return f"{self.mod}.full({self.shape_src(shape)}, {value!r}{self._like()})"
 
+    safe_quotient = False  # (the frameworks' numbers divide as their arrays do)
+
     def outer_code(self, u: str, v: str) -> str:
         return f"{self.mod}.outer({u}, {v})"
 

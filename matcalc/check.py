@@ -244,9 +244,11 @@ ZERO = 1e-12  # a gradient, a Hessian or a Jacobian whose entries are all below 
 
 def _judge(err: float, fd, signal: float, noise: float, tol: float, differences, constant: bool = False,
            careful: bool = False):
-    """_compare; and where that fails, again with the differences' own spread (against those
-    over twice the step, differences(2)) counted as noise: λ's rounding that no small step
-    shows (logsumexp(X) − logsumexp(Xᵀ), sums of the same terms in two orders) fails nothing.
+    """_compare; and where that fails, again with the differences' own spread (step_spread)
+    counted as noise: λ's rounding that no small step shows (logsumexp(X) − logsumexp(Xᵀ),
+    sums of the same terms in two orders) fails nothing, nor does λ that turns faster than
+    the step (sin(1e8·b): its differences over h and 2h agree, and are 0.5% of the derivative;
+    sin(1e15·b): they are noise), which makes the draw "unmeasurable".
     ``careful`` (a longer step): that spread, and the spread against a shorter step, count from
     the start: a long step's truncation error (1/p at p = 0.08 over 1e-2: 1%) and its aliasing
     (sin(628α) over 1e-2) show there.  A zero gradient and zero differences are "zero" where
@@ -257,10 +259,13 @@ def _judge(err: float, fd, signal: float, noise: float, tol: float, differences,
     if careful:
         noise = max(noise, 2 * step_spread(fd, differences))
     out = _compare(err, signal, noise, tol, len(fd))
-    if out[2] != "unmeasurable" and out[0] > tol and not careful:  # (careful counted that spread already)
-        spread = float(np.max(np.abs(fd - differences(2.0))))
-        out = _compare(err, signal, max(noise, 2 * spread), tol, len(fd))
-    return out
+    if out[2] != "unmeasurable" and out[0] > tol:
+        spread = step_spread(fd, differences)
+        if not careful:  # (careful counted that spread already)
+            out = _compare(err, signal, max(noise, 2 * spread), tol, len(fd))
+        if out[0] > tol and spread > 0.01 * float(np.max(np.abs(fd))):
+            return float("inf"), len(fd), "unmeasurable"  # differences that do not settle as the step
+    return out                                              # shrinks measure nothing (sin(1e15·b))
 
 
 def step_spread(fd, differences) -> float:
@@ -381,7 +386,8 @@ ALL_ZERO = "the gradient and the finite differences were zero on every draw"
 SINGULAR = "the gradient met a singular matrix on every draw where λ was finite"
 UNMEASURABLE = ("λ's finite differences were its rounding noise on every draw, too coarse to compare the gradient "
                 "with (λ much larger than its changes: a large constant in it, a difference of much larger terms, "
-                "or a determinant of a product singular at these sizes)")
+                "or a determinant of a product singular at these sizes; or λ turning faster than the differences' "
+                "steps, as sin(1e8*x))")
 RETRIES = 5  # other size choices tried where the first gave no finite values (or, inverting, failed)
 
 

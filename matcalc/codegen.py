@@ -270,7 +270,7 @@ class Emitter:
                 if k.attr == 0.5:
                     return f"np.sqrt({a[0]})"
                 if k.attr == -1.0:
-                    return f"(1.0 / {a[0]})"
+                    return self.quotient(ir.const(1.0), n.args[0], "1.0", a[0])
                 power = {3.0: "_cube", 4.0: "_fourth", -2.0: "_inv_square", -0.5: "_inv_sqrt"}.get(k.attr)
                 if power is not None:  # (np.power takes 4-8 times as long)
                     self.helpers.add("_cube")  # (the block of the four)
@@ -401,7 +401,17 @@ class Emitter:
                 rest = [self.code[f] for i, f in enumerate(den.args) if i != k]
                 self.helpers.add("_over_norm")
                 return f"_over_norm(({a[0]} / {' / '.join(rest)}), {self.code[den.args[k]]})"
-            return f"({a[0]} / {a[1]})"
+            return self.quotient(n.args[0], den, a[0], a[1])
+
+    safe_quotient = True  # Python numbers divide through _div (the frameworks' scalars are arrays)
+
+    def quotient(self, num: Expr, den: Expr, a: str, b: str) -> str:
+        """The code of a / b: of two Python numbers through _div, which gives NumPy's inf or
+        nan where b is 0 (Python raises ZeroDivisionError)."""
+        if self.safe_quotient and python_number(num) and python_number(den):
+            self.helpers.add("_div")
+            return f"_div({a}, {b})"
+        return f"({a} / {b})"
 
     def total(self, code: str, shape) -> str:
         """The sum of an array's entries, as dot products with ones."""
@@ -567,6 +577,21 @@ def host_number(n: Expr) -> bool:
     if n.op in ("const", "dim"):
         return True
     return n.op in ("add", "mul", "div", "pow") and all(host_number(a) for a in n.args)
+
+
+def python_number(n: Expr) -> bool:
+    """n's NumPy code may be a Python number at run time (a float or an int, not NumPy's
+    float64): host_number's, a scalar argument (read with float()), and their sums,
+    products, quotients and reciprocals."""
+    if n.shape != SCALAR:
+        return False
+    if n.op in ("const", "dim", "sym"):
+        return True
+    if n.op == "pow":
+        k = n.args[1]
+        return k.op == "const" and k.attr == -1.0 and python_number(n.args[0])
+    return n.op in ("add", "mul", "div", "frob", "sum", "tr", "mean", "T") and all(
+        python_number(a) for a in n.args)
 
 
 def shared(outputs: list, code: dict, scalars: bool = False) -> list:

@@ -105,6 +105,15 @@ def _gelu(z):
     return 0.5 * z * erfc(z * -0.7071067811865476)
 
 
+# helper: _div
+def _div(a, b):
+    # a / b of Python numbers, with NumPy's result where b is 0 (inf, -inf or nan, and its warning)
+    try:
+        return a / b
+    except ZeroDivisionError:
+        return np.float64(a) / b
+
+
 # helper: _over_norm
 def _over_norm(a, n):
     # a / ‖x‖, and 0 where ‖x‖ = 0: the least-norm subgradient of ‖x‖ there

@@ -322,7 +322,10 @@ def test_zero_differences_of_a_changing_lambda_are_not_zero():
 def test_longer_steps_never_fail_a_true_gradient():
     # differences over long steps can agree with each other far from the derivative of a λ that
     # oscillates faster than the step: the true gradient of 1e12 + sin(500α) FAILED at 2e-2
-    for expr in ("1e12 + sin(500*alpha)", "1e12 + sin(314*alpha)", "1e10 + sum(relu(x))"):
+    # (and sin(1e8·b) FAILED at 4e-3, sin(1e15·b) at 1: differences over 1e-6 that do not settle
+    # as the step shrinks measure nothing)
+    for expr in ("1e12 + sin(500*alpha)", "1e12 + sin(314*alpha)", "1e10 + sum(relu(x))",
+                 "sum(sin(1e8*x))", "sum(sin(1e10*x))", "sum(sin(1e15*x))", "sum(cos(1e300*x))"):
         report = matcalc.derive(expr, "x" if "x)" in expr else "alpha").check()
         assert report.ok or str(report).startswith("check cannot be made"), (expr, str(report))
 

@@ -208,3 +208,28 @@ def test_the_gradient_of_a_norm_is_nan_where_the_norm_is():
     assert np.isnan(matcalc.derive("norm2(X)", "X").function(X=X)).all()
     assert np.isnan(matcalc.hessian("norm2(X)", "X").hvp(np.ones((2, 3)), X=X)).all()
     np.testing.assert_array_equal(matcalc.derive("norm2(X)", "X").function(X=np.zeros((2, 3))), 0.0)
+
+
+@pytest.mark.parametrize("expr,value,grad", [
+    ("log(alpha)", -np.inf, np.inf),
+    ("1/alpha", np.inf, -np.inf),
+    ("(alpha - 1)/(alpha*alpha)", -np.inf, np.inf),
+    ("beta/alpha**2", np.inf, -np.inf),
+])
+def test_numbers_divided_by_zero_give_numpy_s_values(expr, value, grad):
+    # a function of scalars alone divided Python floats: ZeroDivisionError at alpha = 0 (exit 3
+    # in the CLI), where NumPy's arrays and the frameworks give inf
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        v, g = matcalc.value_and_grad(expr, ["alpha"]).function(alpha=0.0, **({"beta": 1.0} if "beta" in expr else {}))
+        got = matcalc.derive(expr, "alpha").function(alpha=0, **({"beta": 1.0} if "beta" in expr else {}))
+    np.testing.assert_equal([float(v), float(g["alpha"]), float(got)], [value, grad, grad])
+
+
+def test_the_cli_evaluates_a_gradient_at_a_pole():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "matcalc", "derive", "log(alpha)", "--wrt", "alpha",
+                          "--at", "alpha=0"], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.split()[-1] == "inf", out.stdout + out.stderr
