@@ -636,8 +636,9 @@ def _derive_one(expr, typed, wrt, syntax="matcalc", symmetric=(), form=None) -> 
     if (wrt in typed.symbols or wrt in typed.unused) and not any(s.attr == wrt for s in ir.symbols(typed.expr)):
         users = [k for k, v in (typed.definitions or {}).items() if any(s.attr == wrt for s in ir.symbols(v))]
         where = (f"occurs only in the definition of {', '.join(users)}, which the expression does not use"
-                 if users else "occurs only where its values do not matter (its size)")
-        at = None if users else re.search(rf"size\(\s*{re.escape(wrt)}\b[^)]*\)", expr)
+                 if users else "is defined but the expression does not use it" if subst is not None
+                 else "occurs only where its values do not matter (its size)")
+        at = None if users or subst is not None else re.search(rf"size\(\s*{re.escape(wrt)}\b[^)]*\)", expr)
         raise DeriveError(f"{wrt} {where}: ∂λ/∂{wrt} would be 0", expr, *(at.span() if at else (0, len(expr.rstrip()))))
     if wrt not in typed.symbols:
         raise not_in_expression(wrt, typed.symbols)

@@ -102,7 +102,11 @@ def not_in_expression(wrt: str, names) -> DeriveError:
     if not names:
         return DeriveError(f"{wrt!r} does not occur in the expression, which has no symbols: "
                            f"it is a constant{pi}")
-    close = [n for n in names if n.lower() == wrt.lower()] or difflib.get_close_matches(wrt, names, n=1)
+    from .printing import _UNICODE_GREEK
+
+    spelled = {_UNICODE_GREEK.get(wrt), *(g for g, word in _UNICODE_GREEK.items() if word == wrt)}  # α, alpha
+    close = ([n for n in names if n.lower() == wrt.lower()] or [n for n in names if n in spelled]
+             or difflib.get_close_matches(wrt, names, n=1))
     hint = f" (did you mean {close[0]}?)" if close else ""
     hint = pi or hint
     several = [w.strip() for w in wrt.replace(" ", ",").split(",") if w.strip()]

@@ -116,6 +116,7 @@ def _size_tex(shape) -> str:
     return str(s).replace("*", " ")
 
 
+_MISSING = object()  # (a direction not given: a keyword V= names a symbol)
 _DENSE_HELPER = '''def _dense_from(jvp, vjp, w_shape, f_shape, values):
     """The dense matrix column by column from the product with basis tangents (or row by
     row from the transposed product, whichever needs fewer calls); vec is column-major."""
@@ -575,8 +576,12 @@ class _LinearMap:
                               f"without forming it") from None
         return np.asarray(out, dtype=float)
 
-    def _by_name(self, key, args):
-        """A TypeError where the values were given by position (beside the direction)."""
+    def _by_name(self, key, args, first=None, call="hvp(V"):
+        """A TypeError where the values were given by position (beside the direction), or the
+        direction was not (``first``: _MISSING; ``call``: the method and the direction's name)."""
+        if first is _MISSING:
+            raise TypeError(f"{call[:call.index('(')]} takes {call[-1]} first, by position: .{call}, **values) "
+                            f"(a keyword names a symbol)")
         if args:
             from .function import by_name
 
@@ -689,15 +694,15 @@ class Jacobian(_LinearMap):
     def __str__(self):
         return f"dF = {self.text}"
 
-    def jvp(self, V, /, *args, **values):
+    def jvp(self, V=_MISSING, /, *args, **values):
         """J[V]: dF along the tangent V (W's shape); the result has F's shape."""
-        self._by_name("product", args)
+        self._by_name("product", args, V, "jvp(V")
         out = self._apply("product", V, values, self.shape, self.out_shape, "the tangent V")
         return self.orientation.apply(out, values)
 
-    def vjp(self, G, /, *args, **values):
+    def vjp(self, G=_MISSING, /, *args, **values):
         """Jᵀ[G]: the cotangent G (F's shape) pulled back to W's shape; equals ∂(G:F)/∂W."""
-        self._by_name("vjp", args)
+        self._by_name("vjp", args, G, "vjp(G")
         return self._apply("vjp", G, values, self.out_shape, self.shape, "the cotangent G",
                            values.get(self.wrt))
 
@@ -861,9 +866,9 @@ class Hessian(_LinearMap):
     def __str__(self):
         return f"H[d{self.wrt}] = {self.text}"
 
-    def hvp(self, V, /, *args, **values):
+    def hvp(self, V=_MISSING, /, *args, **values):
         """H[V] (V has the shape of W; for a block (Wi, Wj), of Wj, and H[V] that of Wi)."""
-        self._by_name("product", args)
+        self._by_name("product", args, V)
         return self._apply("product", V, values, self.shape, self.out_shape, "the direction V",
                            values.get(self.wrt_i))
 

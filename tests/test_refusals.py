@@ -39,6 +39,8 @@ REFUSED = [
     ("sum(Diag(X))", "X", ShapeError, ["Diag needs a column vector"], 5),
     ("A:B", "Q", DeriveError, ["'Q' does not occur", "A, B"], None),
     ("A:B", "a", DeriveError, ["does not occur", "did you mean A"], None),
+    ("alpha*sum(x)", "α", DeriveError, ["does not occur", "did you mean alpha?"], None),
+    ("σ*sum(x)", "sigma", DeriveError, ["does not occur", "did you mean σ?"], None),
     ("2", "x", DeriveError, ["'x' does not occur", "no symbols", "constant"], None),
     ("size(X)", "X", DeriveError, ["X occurs only where its values do not matter", "would be 0"], 1),
     ("sum(X) + size(X, 2)", "X", ShapeError, ["size takes axis 0", "not 2"], 18),
@@ -91,6 +93,12 @@ def test_declared_shapes_that_contradict_usage():
         matcalc.derive("A:B", wrt="A", shapes={"A": ("n", "m", "k")})
     with pytest.raises(ShapeError):
         matcalc.derive("A:B", wrt="A", shapes={"A": ("n", 0)})
+
+
+def test_a_wrt_defined_but_unused_is_said_so():
+    # it was "z occurs only where its values do not matter (its size)", the caret under sum(x)
+    with pytest.raises(DeriveError, match="z is defined but the expression does not use it"):
+        matcalc.derive("sum(x)", wrt="z", definitions={"z": "2*x"})
 
 
 def test_wrt_must_be_given():

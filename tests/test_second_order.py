@@ -3,6 +3,7 @@
 NumPy ``f``), the vec forms the textbooks write, matrix-free products against the dense
 matrix, symmetry, refusals and notes."""
 import json
+import re
 import subprocess
 import sys
 import warnings
@@ -879,3 +880,14 @@ def test_a_hessians_gradient_function_keeps_a_column_and_function_points_at_the_
         h.function
     with pytest.raises(AttributeError, match=r"a Jacobian has no \.function .*\.jvp\(V, \*\*values\)"):
         matcalc.jacobian("exp(x)", "x").function
+
+
+def test_a_direction_given_by_keyword_is_refused_with_how_to_give_it():
+    # it was Python's bare "missing 1 required positional argument: 'V'"
+    h = matcalc.hessian("sum(exp(x))", "x")
+    J = matcalc.jacobian("exp(x)", "x")
+    for call, words in [(lambda: h.hvp(V=np.ones(3), x=np.ones(3)), ".hvp(V, **values)"),
+                        (lambda: J.jvp(x=np.ones(3)), ".jvp(V, **values)"),
+                        (lambda: J.vjp(G=np.ones(3), x=np.ones(3)), ".vjp(G, **values)")]:
+        with pytest.raises(TypeError, match=re.escape(words)):
+            call()
