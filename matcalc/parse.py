@@ -216,8 +216,10 @@ def _build(kind: str, kids: list, source: str) -> Node:
     if kind == "kwarg":  # sum(X, axis=0), softmax(Z, dim=-1): the axis as NumPy and torch name it
         return Node("kwarg", (kids[2],), s, e, str(kids[0]))
     if kind == "call":
-        name, args = str(kids[0]), kids[2].children
-        return Node("call", _keywords(args, source), s, e, name)
+        name, args = str(kids[0]), _keywords(kids[2].children, source)
+        if len(args) == 2 and (name in ("maximum", "minimum") or name in ("max", "min") and _number(args[0]) is not None):
+            return _extremum(name in ("maximum", "max"), *args, s, e)
+        return Node("call", args, s, e, name)
     if kind in ("add", "sub"):
         left, right = kids[0], kids[2]
         sign = 1 if kind == "add" else -1
@@ -238,6 +240,28 @@ def _build(kind: str, kids: list, source: str) -> Node:
     if kind == "transpose":
         return Node("T", (kids[0],), s, e)
     raise ParseError(f"unsupported construct {kind}", source, s, e)  # pragma: no cover
+
+
+def _number(n: Node):
+    """n's value where it is a number as written (2, -0.5), else None."""
+    if n.kind == "num":
+        return n.value
+    return -n.children[0].value if n.kind == "neg" and n.children[0].kind == "num" else None
+
+
+def _extremum(larger: bool, a: Node, b: Node, s: int, e: int) -> Node:
+    """maximum(a, b) (NumPy's, entry by entry) as a + relu(b - a), minimum(a, b) as
+    a - relu(a - b), with a number on the outside (maximum(z, 0) is relu(z), max(0, 1 - y*z)
+    the hinge as papers write it); the nodes made span the call."""
+    if _number(a) is None and _number(b) is not None:
+        a, b = b, a  # (the number outside: c + relu(z - c))
+    inner = Node("add", (b, a), s, e, (1, -1)) if larger else Node("add", (a, b), s, e, (1, -1))
+    if _number(a) == 0.0:  # maximum(0, z) = relu(z), minimum(0, z) = -relu(-z)
+        inner = b if larger else Node("neg", (b,), s, e)
+    part = Node("call", (inner,), s, e, "relu")
+    if _number(a) == 0.0:
+        return part if larger else Node("neg", (part,), s, e)
+    return Node("add", (a, part), s, e, (1, 1 if larger else -1))
 
 
 _AXIS_KEYWORDS = ("axis", "dim")
@@ -336,13 +360,17 @@ SPELLED = {"solve": "write inv(A)@B: matcalc computes it as a solve", "log_softm
             "write log(softmax(z)), which matcalc computes as z - logsumexp(z)", "logsoftmax":
             "write log(softmax(z)), which matcalc computes as z - logsumexp(z)", "outer": "write x@y.T",
             "dot": "write x.T@y or x:y", "trace": "write tr(A)", "transpose": "write A.T",
-            "maximum": "write relu(x - y) + y", "square": "write x**2",
+            "square": "write x**2",
             "norm": "norm(x), norm(x, 2) and norm(x, 1) of a vector are norm2(x) and norm1(x), norm(X) of a "
                     "matrix Frobenius (np.linalg.norm's default); a matrix's 2-norm (its largest singular "
                     "value) and other orders are not available",
-            "max": "max(0, z) is relu(z), max(x, y) is relu(x - y) + y",
-            "min": "min(0, z) is -relu(-z), min(x, y) is x - relu(x - y)",
-            "minimum": "write x - relu(x - y)", "pow": "write x**k", "power": "write x**k",
+            "max": "max(0, z) is relu(z); entry by entry, max(x, y) is maximum(x, y), as NumPy's np.maximum "
+                   "(NumPy's np.max(X, 0) is a largest entry along an axis, which matcalc has not)",
+            "min": "min(0, z) is -relu(-z); entry by entry, min(x, y) is minimum(x, y), as NumPy's np.minimum "
+                   "(NumPy's np.min(X, 0) is a smallest entry along an axis, which matcalc has not)",
+            **dict.fromkeys(("maximum", "minimum"), "it takes two arguments and compares them entry by entry, "
+                            "as NumPy's: maximum(z, 0) is relu(z)"),
+            "pow": "write x**k", "power": "write x**k",
             "inner": "write x.T@y or x:y", "matmul": "write A@B", "var": "write mean((x - mean(x))**2)",
             "σ": "write sigmoid(z)", "cross_entropy": "write -y:log(softmax(z))", "clip": "matcalc has "
             "no clip; relu(x) clips at 0", "eye": "the identity is I, eye or eye(n): I takes its size from "
@@ -452,7 +480,7 @@ def _two_arguments(source: str, k: int) -> bool:
 def _known_function(name: str) -> bool:
     from .ops import user_functions  # (the registry: a hint only, read when one is needed)
 
-    return name in user_functions()
+    return name in user_functions() or name in ("maximum", "minimum")  # (read as relu: _extremum)
 
 
 # NumPy spellings after a '.': what matcalc writes instead

@@ -1720,6 +1720,15 @@ def _stable_log(a: Expr):
         return ir.neg(ir.func("softplus", x.args[0]))
     if a.op == "sum" and a.args[0].op == "exp":  # log sum exp(z) = logsumexp(z), along an axis too
         return ir.func("logsumexp", a.args[0].args[0], attr=a.attr)
+    if a.op == "mean" and a.args[0].op == "exp":  # log mean exp(z) = logsumexp(z) − log(the count)
+        z = a.args[0].args[0]
+        n = count(z.shape) if a.attr is None else axis_count(z.shape, a.attr)
+        return ir.add(ir.func("logsumexp", z, attr=a.attr), ir.neg(ir.func("log", n)))
+    ones = a.args[0].args[0] if a.op == "matmul" and a.args[0].op == "T" else a.args[0] if a.op == "matmul" else None
+    if ones is not None and a.args[1].op == "exp" and ones.op == "const" and ones.attr == 1.0 \
+            and 1 in ones.shape:  # log(1ᵀ exp(Z)): Z's column sums (1.T as typed: a column of ones transposed)
+        out = ir.func("logsumexp", a.args[1].args[0], attr=None if a.shape == SCALAR else 0)
+        return out if out.shape == a.shape else None
     if a.op == "sum" and a.args[0].op == "mul" and len(a.args[0].args) == 2 and a.args[0].args[0].op == "const" \
             and a.args[0].args[0].attr > 0 and a.args[0].args[1].op == "exp":  # log sum(c exp(z)) = log c + logsumexp(z)
         c, e = a.args[0].args
@@ -1732,6 +1741,9 @@ def _stable_log(a: Expr):
         return ir.func("logsumexp", a.args[0].args[0])
     if a.op == "det":  # log det X = logdet X
         return _logdet(a.args[0])
+    if a.op == "diag":  # log diag(A) = diag(log A), where log A has a better form (log softmax(S, 1))
+        inner = _stable_log(a.args[0])
+        return None if inner is None or inner.shape != a.args[0].shape else ir.func("diag", inner)
     if a.op == "pow" and a.args[0].op == "det" and a.args[1].op == "const":  # log(det(X)ᵏ) = k logdet X
         return ir.mul(ir.const(a.args[1].attr), _logdet(a.args[0].args[0]))
     return None

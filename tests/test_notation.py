@@ -1,5 +1,6 @@
 """The silent trap (a * between matrices that only type-checks by making them equal-shaped)
 is named, and MATLAB / NumPy spellings that matcalc does not read are refused with a hint."""
+import re
 import warnings
 
 import numpy as np
@@ -397,3 +398,37 @@ def test_an_axis_given_as_numpy_or_torch_name_it():
     np.testing.assert_allclose(g, P * (Y - np.sum(Y * P, 1, keepdims=True)), rtol=1e-12)
     with pytest.raises(ParseError, match="a plain argument after a keyword argument"):
         matcalc.derive("sum(X, axis=0, 1)@y", "X")
+
+
+@pytest.mark.parametrize("expr,numpy_f", [
+    ("sum(maximum(W@x, 0))", lambda W, x, y: np.sum(np.maximum(W @ x, 0))),
+    ("sum(maximum(0, W@x - y))", lambda W, x, y: np.sum(np.maximum(0, W @ x - y))),
+    ("sum(maximum(W@x, y)**2)", lambda W, x, y: np.sum(np.maximum(W @ x, y) ** 2)),
+    ("sum(minimum(W@x, y)*y)", lambda W, x, y: np.minimum(W @ x, y) @ y),
+    ("sum(minimum(0.5, W@x))", lambda W, x, y: np.sum(np.minimum(0.5, W @ x))),
+    ("sum(max(0, 1 - y*(W@x)))", lambda W, x, y: np.sum(np.maximum(0, 1 - y * (W @ x)))),
+    ("sum(min(-1, W@x)**2)", lambda W, x, y: np.sum(np.minimum(-1, W @ x) ** 2)),
+    ("sum(maximum(0.1*(W@x), W@x))", lambda W, x, y: np.sum(np.maximum(0.1 * (W @ x), W @ x))),
+])
+def test_numpy_s_maximum_and_minimum_compare_entry_by_entry(expr, numpy_f):
+    # "unknown function maximum (write relu(x - y) + y)": the spelling of a hinge or a clip most NumPy users type
+    rng = np.random.default_rng(5)
+    W, x, y = rng.standard_normal((4, 3)), rng.standard_normal(3), rng.standard_normal(4)
+    d = matcalc.derive(expr, "W", shapes={"W": ("m", "n"), "x": ("n",), "y": ("m",)})
+    got = d.function(**{k: v for k, v in {"W": W, "x": x, "y": y}.items() if k in d.symbols})
+    h, fd = 1e-6, np.zeros_like(W)
+    for i in np.ndindex(W.shape):
+        E = np.zeros_like(W)
+        E[i] = h
+        fd[i] = (numpy_f(W + E, x, y) - numpy_f(W - E, x, y)) / (2 * h)
+    np.testing.assert_allclose(got, fd, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("expr,words", [
+    ("sum(max(X, 0))", "np.max(X, 0) is a largest entry along an axis"),
+    ("sum(maximum(x))", "takes two arguments"),
+    ("sum(np.maximum(x, 0))", "write maximum(...) without the np. prefix"),
+])
+def test_maximum_spellings_that_are_not_read_say_why(expr, words):
+    with pytest.raises(matcalc.MatcalcError, match=re.escape(words)):
+        matcalc.derive(expr, "x" if "x" in expr else "X")
