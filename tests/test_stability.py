@@ -403,3 +403,32 @@ def test_log_of_a_sum_of_exp_along_an_axis_is_logsumexp(expr, axis):
     X = np.array([[710.0, 1, 2, 3], [0, 1, 2, 3], [0, 1, 2, 3]])
     e = np.exp(X - X.max(axis=axis, keepdims=True))
     np.testing.assert_allclose(d.function(X=X), e / e.sum(axis=axis, keepdims=True), rtol=1e-12, atol=1e-300)
+
+
+@pytest.mark.parametrize("expr,shape,numpy_value,numpy_grad", [
+    ("log(mean(exp(x)))", (3,), lambda x: _lse(x) - np.log(x.size), lambda x: _softmax(x)),
+    ("log(1.T@exp(x))", (3,), lambda x: _lse(x), lambda x: _softmax(x)),
+    ("sum(log(1.T@exp(x)))", (3, 4), lambda x: sum(_lse(c) for c in x.T), lambda x: np.apply_along_axis(_softmax, 0, x)),
+    ("sum(log(mean(exp(x), 1)))", (3, 4), lambda x: sum(_lse(r) - np.log(4) for r in x),
+     lambda x: np.apply_along_axis(_softmax, 1, x)),
+    ("-sum(log(diag(softmax(x, 1))))", (3, 3), lambda x: -sum(x[i, i] - _lse(x[i]) for i in range(3)),
+     lambda x: np.apply_along_axis(_softmax, 1, x) - np.eye(3)),
+])
+def test_logsumexp_written_other_ways_is_the_stable_logsumexp(expr, shape, numpy_value, numpy_grad):
+    # exp(1000) overflowed: the gradient was nan and the value inf (InfoNCE's log(diag(softmax)) too)
+    rng = np.random.default_rng(2)
+    x = 1000.0 + 3 * rng.standard_normal(shape)
+    dims = ("n",) if len(shape) == 1 else ("n", "n") if "diag" in expr else ("n", "m")
+    value, grads = matcalc.value_and_grad(expr, ["x"], shapes={"x": dims}).function(x=x)
+    np.testing.assert_allclose(value, numpy_value(x), rtol=1e-13)
+    np.testing.assert_allclose(grads["x"], numpy_grad(x), rtol=1e-10, atol=1e-14)
+
+
+def _lse(v):
+    m = np.max(v)
+    return m + np.log(np.sum(np.exp(v - m)))
+
+
+def _softmax(v):
+    e = np.exp(v - np.max(v))
+    return e / e.sum()
