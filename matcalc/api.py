@@ -478,21 +478,37 @@ def symmetric_names(symmetric) -> tuple:
     return tuple(symmetric)
 
 
-def _typed_any(expr, shapes, definitions=None, syntax="matcalc", symmetric=()):
-    """The typed IR of an expression of any shape."""
+def _typed_any(expr, shapes, definitions=None, syntax="matcalc", symmetric=(), scalar=False):
+    """The typed IR of an expression of any shape (``scalar``: λ, which must be a scalar).
+    Where the question is refused as typed (for λ, or is not a scalar), a name that is a
+    declared dimension and no symbol's is read as that size, if the question then is typed
+    (sum((X@w - y)**2)/n with X declared (n, d))."""
     if definitions is not None and not isinstance(definitions, dict):
         raise DeriveError("definitions must be a dict name -> expression text")
     if not isinstance(expr, str):
         raise DeriveError(f"the expression must be text, got {type(expr).__name__}")
     ast = parse(expr, syntax=syntax)
-    typed = typecheck(ast, expr, shapes, definitions, syntax=syntax, symmetric=symmetric)
+    try:
+        typed = typecheck(ast, expr, shapes, definitions, syntax=syntax, symmetric=symmetric)
+        refused = None
+    except ShapeError as e:
+        typed, refused = None, e
+    if refused is not None or scalar and typed.expr.shape != ir.SCALAR:
+        try:
+            sized = typecheck(ast, expr, shapes, definitions, syntax=syntax, symmetric=symmetric, sizes=True)
+        except MatcalcError:
+            sized = None
+        if sized is not None and sized.sizes and (not scalar or sized.expr.shape == ir.SCALAR):
+            typed, refused = sized, None
+    if refused is not None:
+        raise refused
     for note in typed.notes or ():
         warnings.warn(note, stacklevel=4)
     return typed
 
 
 def _typed(expr, shapes, definitions=None, syntax="matcalc", symmetric=(), wrt=()):
-    typed = _typed_any(expr, shapes, definitions, syntax, symmetric)
+    typed = _typed_any(expr, shapes, definitions, syntax, symmetric, scalar=True)
     if typed.expr.shape != ir.SCALAR:
         scalar = "sum(...) or G:(...) make a scalar" if syntax == "matcalc" else \
             "sum(...), x'*y or tr(...) make a scalar"

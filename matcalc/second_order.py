@@ -1212,7 +1212,7 @@ def hessian(expr: str, wrt, shapes: dict | None = None, definitions: dict | None
     definitions = definitions if definitions is not None else where
     expr, wrt, shapes = as_text(expr, wrt, shapes)
     symmetric = symmetric_names(symmetric)
-    typed = _as_variable(_typed_any(expr, shapes, definitions, syntax, symmetric), wrt)
+    typed = _as_variable(_typed_any(expr, shapes, definitions, syntax, symmetric, scalar=True), wrt)
     if symmetric:
         typed = _use_symmetry(typed, symmetric)
     if typed.expr.shape != ir.SCALAR:

@@ -176,6 +176,7 @@ class Typed:
     with_symbol: Callable = field(default=None, repr=False, compare=False)
     unused: list = field(default_factory=list)  # symbols only in definitions the expression does not use
     spread: dict = field(default_factory=dict)  # name -> (note on NumPy's broadcast, start, end): column_note
+    sizes: tuple = ()             # names read as the sizes their declared dimensions have (typecheck's sizes)
 
 
 # names that usually stand for a number (a step size, a tolerance), vectors by their spelling:
@@ -213,6 +214,8 @@ class _Typer:
         self.quotient_noted: dict = {}  # id(a/b) -> its note, where a/b@c is (a/b)@c
         self.renamed: dict = {}       # id(call) -> the function it is: norm(x, 1) is norm1(x)
         self.size_names: set = set()  # id(name) of a declared dimension as a size: ones(n), eye(n)
+        self.value_dims: set = set()  # declared dimensions' names read as their sizes (typecheck's sizes)
+        self.sized: list = []         # those of them met
         self.spread: dict = {}  # an undeclared vector spread over a matrix's columns -> what NumPy does
         self.attrs: dict = {}         # id(call node) -> its integer parameter (an axis, a power)
         self.pending: list = []       # product dimensions still to be decided
@@ -502,6 +505,15 @@ class _Typer:
             return (1, 1)
         if k == "name":
             if id(n) in self.size_names:  # ones(n), eye(n) of a declared dimension n: a size, no symbol
+                return (1, 1)
+            if n.value in self.value_dims:  # sum(x**2)/n of a declared dimension n: its size
+                if n.value not in self.sized:
+                    self.sized.append(n.value)
+                    owner = next(k for k, spec in self.declared.items() if isinstance(spec, (tuple, list))
+                                 and n.value in spec)
+                    self.note(n, f"{n.value} is read as the size {n.value} in {owner}'s declared shape: as a "
+                                 f"symbol it would not make the question well typed; for a symbol of its own "
+                                 f"declare {n.value}'s shape")
                 return (1, 1)
             if n.value in IDENTITY_NAMES:
                 v = self.fresh()
@@ -1145,6 +1157,8 @@ class _Typer:
         if k == "name":
             if id(n) in self.size_names:
                 return ir.const(1.0)  # (read by the call as a size, never built into the IR)
+            if n.value in self.value_dims:
+                return ir.dim(n.value)
             if n.value in IDENTITY_NAMES:
                 return ir.eye(rs[0])
             if n.value in self.opaque:
@@ -1306,10 +1320,12 @@ def _parsed_or_none(parse, text):
 
 
 def typecheck(ast: Node, source: str, declared: dict | None = None,
-              definitions: dict | None = None, syntax: str = "matcalc", symmetric=()) -> Typed:
+              definitions: dict | None = None, syntax: str = "matcalc", symmetric=(), sizes: bool = False) -> Typed:
     """Type ``ast``; ``definitions`` maps names to the text of their values, each may use
     the others, in any order (``{"p": "exp(l)", "l": "W@x+c"}``).  ``syntax="matlab"``: the tree
-    and the definitions are in matrixcalculus.org's language."""
+    and the definitions are in matrixcalculus.org's language.  ``sizes``: a name that is no
+    symbol's or definition's but a dimension of a declared symbol the question uses is that
+    dimension's size (n in sum(x**2)/n, x declared (n,)), noted; Typed.sizes lists them."""
     from .parse import parse as _parse
 
     def parse(text):
@@ -1335,6 +1351,10 @@ def typecheck(ast: Node, source: str, declared: dict | None = None,
     t.size_names = {id(c) for tree in trees for n in _walk(tree) if n.kind == "call" and n.value in SIZED
                     for c in n.children[SIZED[n.value]:] if c.kind == "name" and c.value in dims}
     t.diag_args = _diag_args(trees, t.diag_name)
+    if sizes:
+        names = {n.value for tree in trees for n in _walk(tree) if n.kind == "name"}
+        t.value_dims = {d for k, spec in (declared or {}).items() if k in names and isinstance(spec, (tuple, list))
+                        for d in spec if d in dims and d in names}
     t._names = (n for n in _letters() if n not in t.user_dim_names)
     parsed = []
     for name, text, tree in _in_use_order(definitions or {}, parse):
@@ -1420,4 +1440,5 @@ def typecheck(ast: Node, source: str, declared: dict | None = None,
 
     for k in apart:
         del syms[k], user_shapes[k]
-    return Typed(expr, syms, user_shapes, source, built, list(t.notes), with_symbol, apart, dict(t.spread))
+    return Typed(expr, syms, user_shapes, source, built, list(t.notes), with_symbol, apart, dict(t.spread),
+                 tuple(t.sized))

@@ -432,3 +432,23 @@ def test_numpy_s_maximum_and_minimum_compare_entry_by_entry(expr, numpy_f):
 def test_maximum_spellings_that_are_not_read_say_why(expr, words):
     with pytest.raises(matcalc.MatcalcError, match=re.escape(words)):
         matcalc.derive(expr, "x" if "x" in expr else "X")
+
+
+def test_a_declared_dimension_s_name_is_its_size_where_a_symbol_would_not_type():
+    # sum((X@w - y)**2)/n with X declared (n, d) read n as a vector: "λ must be a scalar"
+    rng = np.random.default_rng(4)
+    X, w, y = rng.standard_normal((5, 3)), rng.standard_normal(3), rng.standard_normal(5)
+    with pytest.warns(NotationWarning, match="n is read as the size n in X's declared shape"):
+        d = matcalc.derive("sum((X@w - y)**2)/n", "w", shapes={"X": ("n", "d"), "w": ("d",), "y": ("n",)})
+    np.testing.assert_allclose(d.function(X=X, w=w, y=y), 2 * X.T @ (X @ w - y) / 5, rtol=1e-12)
+    # a matrix-normal likelihood: T, the number of columns of Y, counts the logdet
+    Y, R, m = rng.standard_normal((3, 4)), rng.standard_normal((3, 3)), rng.standard_normal(3)
+    S = R @ R.T + 3 * np.eye(3)
+    with pytest.warns(NotationWarning, match="T is read as the size T"):
+        d = matcalc.derive("0.5*tr(inv(S)@(Y - m@ones(T).T)@(Y - m@ones(T).T).T) + 0.5*T*logdet(S)", "S",
+                           shapes={"Y": ("n", "T"), "S": ("n", "n"), "m": ("n",)})
+    E, Si = Y - m[:, None], np.linalg.inv(S)
+    np.testing.assert_allclose(d.function(Y=Y, S=S, m=m), -0.5 * Si @ E @ E.T @ Si + 2 * Si, rtol=1e-10)
+    # where the symbol reading works it stays: a bias b beside a dimension b
+    d = matcalc.derive("sum(W@x + b)", "W", shapes={"W": ("a", "b"), "x": ("b",)})
+    assert d.symbols["b"].shape == ("a", 1)
