@@ -64,6 +64,8 @@ def matlab_kind(name: str) -> int:
 class MatlabTyper(_Typer):
     """Typing of the MATLAB constructs: decides what each ``*``, ``/`` and ``^`` is."""
 
+    power_notes_due = False  # (X.^2 is entrywise as written; X^2 is the matrix power)
+
     spelled = {**_Typer.spelled, "dot": "write x'*y", "inner": "write x'*y", "outer": "write x*y'",
                "transpose": "write A'", "matmul": "write A*B", "square": "write x.^2", "pow": "write x.^k",
                "power": "write x.^k", "var": "write mean((x - mean(x)).^2)",

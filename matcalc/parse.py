@@ -132,6 +132,8 @@ def parse(source: str, syntax: str = "matcalc") -> Node:
         elif str(tok) == "," and re.search(r"(\w\s*\(|,)\s*\([^()]*$", source[:pos]):  # ones((5, 3))
             msg += (" (a tuple: matcalc takes sizes and an axis as plain arguments, ones(5, 3), sum(X, 0); "
                     "sum(X) sums every entry)")
+        elif syntax == "matlab" and str(tok) == "*" and source[:pos].endswith("*"):
+            msg += " (** is Python's power; in the MATLAB syntax X^3 is the matrix power, X.^3 entry by entry)"
         elif tok.type == "RPAR":
             msg += " (unbalanced parentheses, or an operand is missing)"
         elif tok.type == "EQUALS":
@@ -326,6 +328,9 @@ def _character_hint(source: str, pos: int, ch: str) -> str:
         return " (matcalc takes an expression, not an equation)"
     if ch == ".":
         return _dot_hint(source, pos)
+    if ch in "<>≤≥!":
+        return (" (matcalc has no comparisons: step(z) is 1 where z > 0 and 0 elsewhere, so where(z > 0, a, b) is "
+                "step(z)*a + (1 - step(z))*b; maximum(z, 0) is relu(z))")
     command = re.match(r"\\([A-Za-z]+|[|{])", source[pos:])
     if ch == "\\" and command and (command.group(1) in _LATEX or len(command.group(1)) > 1 and not (
             before and (before[-1].isalnum() or before[-1] in ")'_"))):  # \operatorname{tr}, x^\top; not A\b

@@ -27,8 +27,8 @@ def fmt_number(v: float) -> str:
 
 
 def number_form(v: float, pi=True):
-    """A number that rounding made long, as it was meant: (p, q) for p/q with q ≤ 12
-    (0.3333333333333333 is 1/3), ("log", k) for log k with k ≤ 20 (0.6931471805599453 is
+    """A number that rounding made long, as it was meant: (p, q) for p/q with q ≤ 100
+    (0.3333333333333333 is 1/3, 0.016666666666666666 1/60), ("log", k) for log k with k ≤ 20 (0.6931471805599453 is
     log 2), (p, q, c, e) for p/q·cᵉ with c one of π, 2π, 2 and e = ±1, ±½ (±2 for π) (1.1283791670955126
     is 2/√π, erf's; 0.3989422804014327 is 1/√(2π)), each only where it is that float up to
     the last bits; else None (0.5 and 0.1 stay).  pi false (a bool, or a function asked when a
@@ -39,7 +39,7 @@ def number_form(v: float, pi=True):
         return None
     from fractions import Fraction  # (only for such a number: the import takes 4 ms)
 
-    f = Fraction(v).limit_denominator(12)
+    f = Fraction(v).limit_denominator(100)
     if f.denominator > 1 and abs(float(f) - v) <= 4e-16 * abs(v):  # (1/3 - 1 rounds off -2/3 by one bit)
         return abs(f.numerator), f.denominator
     for k in range(2, 21):

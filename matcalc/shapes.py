@@ -191,6 +191,7 @@ NUMBER_LIKE_NAMES = frozenset({"eps", "lr", "reg", "lam", "lmbda", "tol", "temp"
 
 class _Typer:
     allow_one = False  # may unification make a dimension 1 (only in A:B, see frob)
+    power_notes_due = True  # X**k of a matrix is noted as entrywise (not where the syntax spells it .^)
 
     def __init__(self, source: str, declared: dict):
         self.source = source
@@ -726,7 +727,7 @@ class _Typer:
         notation means the matrix power: say it is entrywise (not in a product: W**2@v carries
         a layer's variances), once per spelling."""
         for p in nodes:
-            if p.kind != "pow" or self.text(p) in self.power_noted:
+            if p.kind != "pow" or self.text(p) in self.power_noted or not self.power_notes_due:
                 continue
             base, ex = p.children
             shape = self.shape.get(id(base))
@@ -743,7 +744,8 @@ class _Typer:
         base, ex = n.children
         k = -ex.children[0].value if ex.kind == "neg" and ex.children[0].kind == "num" else \
             (ex.value if ex.kind == "num" else None)
-        if k is not None and k < 0 and self.is_matrix(kid[0]) and not self.known_apart(*kid[0]):
+        if k is not None and k < 0 and self.is_matrix(kid[0]) and not self.known_apart(*kid[0]) \
+                and self.power_notes_due:
             self.note(n, f"{self.text(n)} raises every entry of {self.text(base)} to the power {k:g}; "
                          f"for the matrix inverse write inv({self.text(base)})"
                          + (f"@inv({self.text(base)})" * (int(-k) - 1) if k == int(k) and -k <= 3 else ""))

@@ -285,6 +285,13 @@ def test_matlab_matrix_power_gets_no_entrywise_note():
         d = matcalc.derive("trace(X^2)", "X", syntax="matlab")  # X^2 is X*X there
     X = np.arange(4.0).reshape(2, 2)
     np.testing.assert_allclose(d.function(X=X), 2 * X.T)
+    with warnings.catch_warnings():  # .^ is entrywise as written: no note saying so, nor one in matcalc's syntax
+        warnings.simplefilter("error")
+        d = matcalc.derive("trace(X.^2) + trace(X.^-1)", "X", syntax="matlab")
+    X = X + 1.0
+    np.testing.assert_allclose(d.function(X=X), np.diag(2 * np.diag(X) - np.diag(X) ** -2.0))
+    with pytest.raises(matcalc.ParseError, match=r"X\^3 is the matrix power, X\.\^3 entry by entry"):
+        matcalc.derive("trace(X**3)", "X", syntax="matlab")
 
 
 def test_a_colon_in_the_matlab_syntax_says_how_to_write_the_frobenius_product():
