@@ -375,8 +375,9 @@ def run(argv=None) -> int:
             symbols = set().union(*(d.symbols for d in results.values()))
             unknown = [k for k in at if k not in symbols]
             if unknown:
-                raise DeriveError(f"--at names {', '.join(unknown)}, which is not a symbol of the expression; "
-                                  f"its symbols are {', '.join(sorted(symbols))}")
+                from .errors import not_symbols
+
+                raise DeriveError(not_symbols("--at", unknown, sorted(symbols)))
             values = {w: evaluate_at(d, at) for w, d in results.items()}  # (a --sym value that is not
             # symmetric is refused there)
     except MatcalcError as e:

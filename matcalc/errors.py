@@ -90,6 +90,12 @@ class NotationWarning(UserWarning):
     column = MatcalcError.column
 
 
+def not_symbols(option: str, unknown: list, symbols) -> str:
+    """The refusal of values given for names that are not symbols of the question."""
+    which = "which is not a symbol" if len(unknown) == 1 else "which are not symbols"
+    return f"{option} names {', '.join(unknown)}, {which} of the expression; its symbols are {', '.join(symbols)}"
+
+
 def not_in_expression(wrt: str, names) -> DeriveError:
     """The refusal of a wrt the expression does not contain, with the closest symbol's name."""
     import difflib

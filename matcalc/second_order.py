@@ -1333,8 +1333,13 @@ def _matrix_at(r, values: dict):
 
     unknown = [k for k in values if k not in r._params]
     if unknown:
-        raise DeriveError(f"--at names {', '.join(unknown)}, which is not a symbol of the expression; "
-                          f"its symbols are {', '.join(r._params)}")
+        from .errors import not_symbols
+
+        wrts = [w for w in (r.wrt if isinstance(r.wrt, (list, tuple)) else [r.wrt]) if w in r._params]
+        defined = [w for w in wrts if w not in r.expr]  # (a definition's name: the text need not have it)
+        raise DeriveError(not_symbols("--at", unknown, r._params) + (
+            f" (the {r.kind.capitalize()} in {', '.join(defined)}, a definition, takes its value: --at {defined[0]}=...)"
+            if defined else ""))
     missing = [p for p in r._params if p not in values]
     if missing:
         raise DeriveError(f"--at gives no value for {', '.join(missing)} (the {r.kind} needs "

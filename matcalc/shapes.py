@@ -959,25 +959,45 @@ class _Typer:
         if one is not operand:
             self.shape[id(one)] = (shape[1], shape[0])
 
+    def scaled_ones_path(self, node):
+        """The nodes from node down to a literal 1 or 1ᵀ that node is, or a number times (2*1.T,
+        -1.T, alpha*1/n): the ones an @ sizes, as it does a bare one; else None."""
+        if self.ones_operand(node) is not None:
+            return [node]
+        rest = None
+        if node.kind == "neg":
+            rest = self.scaled_ones_path(node.children[0])
+        elif node.kind == "mul" and node.value in ("*", "/") and self.is_scalar(self.shape[id(node)]):
+            parts = node.children if node.value == "*" else node.children[:1]
+            rest = next((p for p in map(self.scaled_ones_path, parts) if p), None)
+        return [node] + rest if rest else None
+
+    def set_scaled_ones(self, path, one, shape):
+        """set_ones for the 1 at the end of path, and its shape for the products above it."""
+        self.set_ones(path[-1], one, shape)
+        for node in path[:-1]:
+            self.shape[id(node)] = shape
+
     def matmul(self, n, kid):
         (a, b), (sa, sb) = n.children, kid
         if n.value == "@":
             self.quotient_note(n)
-        one_a, one_b = self.ones_operand(a), self.ones_operand(b)
+        path_a, path_b = self.scaled_ones_path(a) or [a], self.scaled_ones_path(b) or [b]
+        one_a, one_b = self.ones_operand(path_a[-1]), self.ones_operand(path_b[-1])
         if one_a is not None and not self.is_scalar(sb):
-            if one_a is a and self.find(sb[0]) == 1:
+            if one_a is path_a[-1] and self.find(sb[0]) == 1:
                 sa = (self.fresh(), 1)  # 1@r of a row r: a column of ones, r on every row
-                self.eyes.append((a, sa[0]))
+                self.eyes.append((path_a[-1], sa[0]))
             else:
                 sa = (1, sb[0])  # 1@X or 1ᵀ@X: a row of ones, the column sums of X
-            self.set_ones(a, one_a, sa)
+            self.set_scaled_ones(path_a, one_a, sa)
         elif one_b is not None and not self.is_scalar(sa):
-            if one_b is not b and self.find(sa[1]) == 1:
+            if one_b is not path_b[-1] and self.find(sa[1]) == 1:
                 sb = (1, self.fresh())  # v@1ᵀ: an outer product with a row of ones
-                self.eyes.append((b, sb[1]))
+                self.eyes.append((path_b[-1], sb[1]))
             else:
                 sb = (sa[1], 1)  # X@1: a column of ones, the row sums of X
-            self.set_ones(b, one_b, sb)
+            self.set_scaled_ones(path_b, one_b, sb)
         elif one_b is not None and one_b is not b:  # s@1ᵀ of a number s, or 1@1ᵀ (as results print a
             sb = (1, self.fresh())  # matrix of ones): a row of ones, sized by what it meets
             self.eyes.append((b, sb[1]))

@@ -452,3 +452,21 @@ def test_a_declared_dimension_s_name_is_its_size_where_a_symbol_would_not_type()
     # where the symbol reading works it stays: a bias b beside a dimension b
     d = matcalc.derive("sum(W@x + b)", "W", shapes={"W": ("a", "b"), "x": ("b",)})
     assert d.symbols["b"].shape == ("a", 1)
+
+
+@pytest.mark.parametrize("expr,wrt,want", [
+    ("2*1.T@x", "x", lambda x, W: 2 * np.ones(4)),
+    ("alpha*1.T@W@x", "x", lambda x, W: 0.7 * W.T @ np.ones(3)),
+    ("x.T@1*1.T@x", "x", lambda x, W: 2 * x.sum() * np.ones(4)),
+    ("1.T*2@x", "x", lambda x, W: 2 * np.ones(4)),
+    ("-1.T@x", "x", lambda x, W: -np.ones(4)),
+    ("sum(W@(2*1))", "W", lambda x, W: 2 * np.ones((3, 4))),
+    ("x.T@(alpha/4*1)", "x", lambda x, W: 0.7 / 4 * np.ones(4)),
+])
+def test_a_scaled_one_before_or_after_at_is_a_vector_of_ones(expr, wrt, want):
+    # 2*1.T@x was refused: "cannot multiply 2*1.T (scalar) @ x ... (to scale by a scalar use *)"
+    rng = np.random.default_rng(6)
+    x, W = rng.standard_normal(4), rng.standard_normal((3, 4))
+    d = matcalc.derive(expr, wrt, shapes={"x": ("n",), "W": ("m", "n")} if "W" in expr else {"x": ("n",)})
+    got = d.function(**{k: v for k, v in {"x": x, "W": W, "alpha": 0.7}.items() if k in d.symbols})
+    np.testing.assert_allclose(got, want(x, W), rtol=1e-13)

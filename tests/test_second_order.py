@@ -891,3 +891,11 @@ def test_a_direction_given_by_keyword_is_refused_with_how_to_give_it():
                         (lambda: J.vjp(G=np.ones(3), x=np.ones(3)), ".vjp(G, **values)")]:
         with pytest.raises(TypeError, match=re.escape(words)):
             call()
+
+
+def test_values_at_for_the_inputs_of_a_definition_say_the_hessian_takes_the_definition_s_value():
+    # "--at names W, x, which is not a symbol of the expression; its symbols are z"
+    r = _cli("hessian", "l*l", "--wrt", "z", "--let", "z=W@x", "--let", "l=logsumexp(z)", "--shape", "W=3,2",
+             "--at", "W=[[1,0],[0,1],[1,1]]", "--at", "x=[0.5,-1]")
+    assert r.returncode == 2 and "W, x, which are not symbols" in r.stderr
+    assert "the Hessian in z, a definition, takes its value: --at z=..." in r.stderr
