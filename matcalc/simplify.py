@@ -350,6 +350,12 @@ def _open_brackets(flat, shape):
             parts = [s_frob(u, core.args[1]) if i == 0 else s_frob(core.args[0], u) for u in terms]
             opened.extend(scale(c, u) for u in parts)
             inside.extend(_key_of(split_coeff(u)[1]) for u in parts)
+        elif core is not None and core.op == "T" and core.args[0].op in ("add", "mul"):
+            # (A − Aᵀ)ᵀ = Aᵀ − A, (f(X)∘g(Xᵀ))ᵀ = f(Xᵀ)∘g(X): the transposes pushed down to meet
+            # their likes ((W − Wᵀ)ᵀ + W − Wᵀ = 0; a transposed Hadamard term of its own)
+            parts = [_pushed_T(u) for u in core.args[0].args] if core.args[0].op == "add" else [_pushed_T(core.args[0])]
+            opened.extend(scale(c, u) for u in parts)
+            inside.extend(_key_of(split_coeff(u)[1]) for u in parts)
         else:
             opened.append(t)
             outside.append(_key_of(core))
@@ -358,6 +364,20 @@ def _open_brackets(flat, shape):
     if not inside or len(set(inside) | set(outside)) == len(inside) + len(outside):
         return None
     return _if_shorter(opened, flat, shape)
+
+
+def _pushed_T(e: Expr) -> Expr:
+    """eᵀ with the transpose taken down through sums, entrywise products, numbers and entrywise
+    functions to the leaves (f(X)ᵀ = f(Xᵀ)), where s_T leaves it on top."""
+    if e.op in ("add", "mul") and e.shape != SCALAR:
+        parts = [_pushed_T(u) for u in e.args]
+        return s_add(*parts) if e.op == "add" else s_mul(*parts)
+    op = REGISTRY.get(e.op)
+    if op is not None and op.elementwise and len(e.args) == 1 and e.attr is None:
+        return s_func(e.op, _pushed_T(e.args[0]))
+    if e.op == "pow" and e.args[1].shape == SCALAR:
+        return s_pow(_pushed_T(e.args[0]), e.args[1])
+    return s_T(e)
 
 
 def _key_of(core):
