@@ -874,7 +874,8 @@ class _Typer:
         takes (it spreads it over the rows: the bias of X@W + b, silently so where the matrix
         is square), on the first such vector only; api says more if the vector's gradient is 0
         everywhere.  A declared vector means the column."""
-        if not self.numpy_rows or c.kind != "name" or c.value in self.declared or c.value in self.spread:
+        if not self.numpy_rows or c.kind != "name" or c.value in self.declared or c.value in self.spread \
+                or c.value in self.def_ast:  # (a defined vector is a column by its definition: mean(X, 1))
             return
         b = c.value
         message = (f"{b} is a column (as lower-case names are): {self.text(n)} pairs {b}[i] with row i; NumPy "

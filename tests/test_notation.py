@@ -470,3 +470,14 @@ def test_a_scaled_one_before_or_after_at_is_a_vector_of_ones(expr, wrt, want):
     d = matcalc.derive(expr, wrt, shapes={"x": ("n",), "W": ("m", "n")} if "W" in expr else {"x": ("n",)})
     got = d.function(**{k: v for k, v in {"x": x, "W": W, "alpha": 0.7}.items() if k in d.symbols})
     np.testing.assert_allclose(got, want(x, W), rtol=1e-13)
+
+
+def test_a_defined_vector_spread_over_columns_gets_no_numpy_note():
+    # mu = mean(X, 1) is a column by its definition; the note told to declare mu, which is refused
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        d = matcalc.derive("sum(G*(X - mu))", "X", definitions={"mu": "mean(X, 1)"})
+    G = np.arange(6.0).reshape(2, 3)
+    np.testing.assert_allclose(d.function(G=G, X=np.ones((2, 3))), G - G.mean(1, keepdims=True), rtol=1e-13)
