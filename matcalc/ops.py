@@ -138,8 +138,9 @@ def axis_rule(keeps_shape: bool, vector_only_without_axis: bool = False, scalar_
             if not keeps_shape:  # sum(c, 1) of a column c: each entry alone, c itself (as NumPy's)
                 return s[0]
             kind = "row" if axis == 0 else "column"
-            u.fail(f"{u.name}(·, {attr}) reduces an axis of length 1: {u.what(0)}, a {kind} vector "
-                   f"(use the other axis, or no axis)")
+            u.fail(f"{u.name}(·, {attr}) over an axis of length 1 takes each entry alone: {u.what(0)}, a "
+                   f"{kind} vector, so every entry would be 1 and its derivative 0 (over the vector's entries: "
+                   f"{u.name}(·, {1 - axis}); a size that is 1 at some calls only is declared by a name)")
         if keeps_shape:
             return s[0]
         return (1, c) if axis == 0 else (r, 1)

@@ -899,3 +899,15 @@ def test_values_at_for_the_inputs_of_a_definition_say_the_hessian_takes_the_defi
              "--at", "W=[[1,0],[0,1],[1,1]]", "--at", "x=[0.5,-1]")
     assert r.returncode == 2 and "W, x, which are not symbols" in r.stderr
     assert "the Hessian in z, a definition, takes its value: --at z=..." in r.stderr
+
+
+def test_attention_with_one_key_declared_by_name_has_zero_query_gradient():
+    # a key count declared 1 is refused (softmax over an axis of length 1); declared by name, k = 1
+    # at the call gives softmax = 1: the gradient in Q is 0 and in V the column sums of G
+    shapes = {"Q": ("n", "e"), "K": ("k", "e"), "V": ("k", "h"), "G": ("n", "h")}
+    rng = np.random.default_rng(0)
+    Q, K, V, G = (rng.standard_normal(s) for s in [(4, 3), (1, 3), (1, 2), (4, 2)])
+    expr = "G:(softmax(Q@K.T/sqrt(2), 1)@V)"
+    np.testing.assert_allclose(matcalc.derive(expr, "Q", shapes=shapes).function(Q=Q, K=K, V=V, G=G), 0.0, atol=1e-15)
+    np.testing.assert_allclose(matcalc.derive(expr, "V", shapes=shapes).function(Q=Q, K=K, V=V, G=G),
+                               G.sum(0, keepdims=True), rtol=1e-13)
