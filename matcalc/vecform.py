@@ -801,12 +801,32 @@ def _full(e: Expr) -> bool:
     return e.shape == SCALAR and len(e.args) == 1 and e.attr is None
 
 
+def _diagonal_products(L: Expr, dW: Expr) -> Expr:
+    """L with a product Diag(l)F…G that is a column (l the part linear in dW) as F…G ∘ l, and a
+    row F…G Diag(l) as ((F…G)ᵀ ∘ l)ᵀ: Diag has no vec rule of its own (vec Diag(l) is no
+    product of the forms here), an entrywise product has (Diag(h))."""
+    def rewrite(n):
+        if n.op != "matmul" or 1 not in n.shape:
+            return n
+        fs = ir.chain_factors(n)
+        for i, col in ((0, True), (-1, False)):
+            d, rest = fs[i], fs[1:] if col else fs[:-1]
+            if d.op == "Diag" and (n.shape[1] == 1 if col else n.shape[0] == 1) and dW in ir.walk(d) \
+                    and not any(dW in ir.walk(f) for f in rest):
+                other = ir.chain_product(rest)
+                return ir.mul(other, d.args[0]) if col else ir.T(ir.mul(ir.T(other), d.args[0]))
+        return n
+
+    return ir.rebuild([L], rewrite)[0]
+
+
 def vec_form(L: Expr | None, dW: Expr, out_shape=None) -> VecForm | None:
     """The vec form J of vec(L[dW]) = J vec(dW), or None where none can be written.  L None
     is the zero map to ``out_shape``."""
     if L is None:
         r, c = out_shape or SCALAR
         return VecForm([], dims_of(r) + dims_of(c), dims_of(dW.shape[0]) + dims_of(dW.shape[1]))
+    L = _diagonal_products(L, dW)
     linear: set = set()
     memo: dict = {}
     for n in ir.walk(L):

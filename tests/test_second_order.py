@@ -244,6 +244,23 @@ def test_vec_forms_match_their_dense_matrices_at_distinct_sizes():
         np.testing.assert_allclose(got, r.matrix(**inputs), rtol=1e-10, atol=1e-12, err_msg=text)
 
 
+@pytest.mark.parametrize("expr, wrt, shapes, kron, dense", [
+    # Diag(l) times a column (or a row times Diag(l)) is an entrywise product: .kron was None
+    ("Diag(x)@A@x", "x", {"x": ("n",), "A": ("n", "n")}, "Diag(A@x) + Diag(x)@A",
+     lambda x, A, **_: np.diag(A @ x) + np.diag(x) @ A),
+    ("x.T@A@Diag(x)", "x", {"x": ("n",), "A": ("n", "n")}, "Diag(x)@A.T + Diag(A.T@x)",
+     lambda x, A, **_: np.diag(x) @ A.T + np.diag(A.T @ x)),
+    ("Diag(W@x)@b", "x", {"W": ("n", "m"), "x": ("m",), "b": ("n",)}, "Diag(b)@W", lambda W, b, **_: np.diag(b) @ W),
+])
+def test_a_diagonal_matrix_of_the_variable_times_a_vector_has_a_vec_form(expr, wrt, shapes, kron, dense):
+    J = matcalc.jacobian(expr, wrt, shapes=shapes)
+    assert J.kron == kron
+    rng = np.random.default_rng(17)
+    sizes = {"n": 4, "m": 3}
+    vals = {k: rng.standard_normal(tuple(sizes[d] for d in v)) for k, v in shapes.items()}
+    np.testing.assert_allclose(J.matrix(**vals), dense(**vals), rtol=1e-12)
+
+
 @pytest.mark.parametrize("kind, expr, kron, dense", [
     # vec(·) of a linear map is the same map (.kron was None)
     ("jacobian", "vec(A@X@B)", "kron(B.T, A)", lambda A, X, B: np.kron(B.T, A)),
