@@ -337,7 +337,7 @@ def _chain_key(e: Expr) -> list:
 def _open_brackets(flat, shape):
     """c(a + b) + … = ca + cb + … for a number c, when terms then cancel and the sum gets
     shorter: (1 − σ(z)) − (1 − σ(−z)) = σ(−z) − σ(z).  None otherwise."""
-    opened, inside, outside = [], [], []
+    opened, inside, outside, transposed = [], [], [], []
     for t in flat:
         c, core = split_coeff(t)
         if core is not None and core.op == "add" and core.shape == t.shape:
@@ -351,11 +351,19 @@ def _open_brackets(flat, shape):
             opened.extend(scale(c, u) for u in parts)
             inside.extend(_key_of(split_coeff(u)[1]) for u in parts)
         elif core is not None and core.op == "T" and core.args[0].op in ("add", "mul"):
-            # (A − Aᵀ)ᵀ = Aᵀ − A, (f(X)∘g(Xᵀ))ᵀ = f(Xᵀ)∘g(X): the transposes pushed down to meet
-            # their likes ((W − Wᵀ)ᵀ + W − Wᵀ = 0; a transposed Hadamard term of its own)
-            parts = [_pushed_T(u) for u in core.args[0].args] if core.args[0].op == "add" else [_pushed_T(core.args[0])]
+            transposed.append((t, c, core))
+        else:
+            opened.append(t)
+            outside.append(_key_of(core))
+    others = set(inside) | set(outside)
+    for t, c, core in transposed:
+        # (A − Aᵀ)ᵀ = Aᵀ − A, (f(X)∘g(Xᵀ))ᵀ = f(Xᵀ)∘g(X): the transposes pushed down where a term
+        # then meets its like ((W − Wᵀ)ᵀ + W − Wᵀ = 0; a transposed Hadamard term of its own)
+        parts = [_pushed_T(u) for u in core.args[0].args] if core.args[0].op == "add" else [_pushed_T(core.args[0])]
+        keys = [_key_of(split_coeff(u)[1]) for u in parts]
+        if any(k in others for k in keys):
             opened.extend(scale(c, u) for u in parts)
-            inside.extend(_key_of(split_coeff(u)[1]) for u in parts)
+            inside.extend(keys)
         else:
             opened.append(t)
             outside.append(_key_of(core))
