@@ -336,8 +336,9 @@ def _chain_key(e: Expr) -> list:
 
 def _open_brackets(flat, shape):
     """c(a + b) + … = ca + cb + … for a number c, when terms then cancel and the sum gets
-    shorter: (1 − σ(z)) − (1 − σ(−z)) = σ(−z) − σ(z).  None otherwise."""
-    opened, inside, outside, transposed = [], [], [], []
+    shorter: (1 − σ(z)) − (1 − σ(−z)) = σ(−z) − σ(z).  Terms _opened_where_alike opens are
+    opened too where that leaves fewer terms than without them.  None otherwise."""
+    opened, inside, outside, maybe = [], [], [], []
     for t in flat:
         c, core = split_coeff(t)
         if core is not None and core.op == "add" and core.shape == t.shape:
@@ -350,28 +351,54 @@ def _open_brackets(flat, shape):
             parts = [s_frob(u, core.args[1]) if i == 0 else s_frob(core.args[0], u) for u in terms]
             opened.extend(scale(c, u) for u in parts)
             inside.extend(_key_of(split_coeff(u)[1]) for u in parts)
-        elif core is not None and core.op == "T" and core.args[0].op in ("add", "mul"):
-            transposed.append((t, c, core))
+        elif core is not None and (parts := _opened_where_alike(core)) is not None:
+            maybe.append((t, c, core, parts, [_key_of(split_coeff(u)[1]) for u in parts]))
         else:
             opened.append(t)
             outside.append(_key_of(core))
-    others = set(inside) | set(outside)
-    for t, c, core in transposed:
-        # (A − Aᵀ)ᵀ = Aᵀ − A, (f(X)∘g(Xᵀ))ᵀ = f(Xᵀ)∘g(X): the transposes pushed down where a term
-        # then meets its like ((W − Wᵀ)ᵀ + W − Wᵀ = 0; a transposed Hadamard term of its own)
-        parts = [_pushed_T(u) for u in core.args[0].args] if core.args[0].op == "add" else [_pushed_T(core.args[0])]
-        keys = [_key_of(split_coeff(u)[1]) for u in parts]
-        if any(k in others for k in keys):
-            opened.extend(scale(c, u) for u in parts)
-            inside.extend(keys)
-        else:
-            opened.append(t)
-            outside.append(_key_of(core))
-    # only where a term inside meets its like outside or in another bracket (else it never
-    # gets shorter, and trying would redo every bracket nested inside: exponential)
+    closed = _opened_sum(opened + [t for t, *_ in maybe], inside, outside + [_key_of(m[2]) for m in maybe],
+                         flat, shape)
+    wide = [(t, c, parts, keys) for i, (t, c, core, parts, keys) in enumerate(maybe)  # (a part meets a like)
+            if any(k in set(inside) | set(outside) | {k for j, m in enumerate(maybe) if j != i for k in m[4]}
+                   for k in keys)]
+    if not wide:
+        return closed
+    rest = [t for t, *_ in maybe if all(t is not w[0] for w in wide)]
+    out = _opened_sum(opened + rest + [scale(c, u) for _, c, parts, _ in wide for u in parts],
+                      inside + [k for *_, keys in wide for k in keys],
+                      outside + [_key_of(split_coeff(t)[1]) for t in rest], flat, shape)
+    count = lambda e: len(e.args) if e.op == "add" else 1  # noqa: E731
+    if out is None or count(out) >= count(closed if closed is not None else Expr("add", tuple(flat), None, shape)):
+        return closed
+    return out
+
+
+def _opened_sum(opened, inside, outside, flat, shape):
+    """The sum of opened (flat's terms, some brackets opened) where a term inside a bracket
+    meets its like outside or in another bracket and the sum gets shorter (else it never
+    does, and trying would redo every bracket nested inside: exponential); else None."""
     if not inside or len(set(inside) | set(outside)) == len(inside) + len(outside):
         return None
     return _if_shorter(opened, flat, shape)
+
+
+def _opened_where_alike(core: Expr):
+    """The terms of core opened, for _open_brackets to take where one meets its like: a
+    transposed sum or entrywise product with the transposes pushed down ((A − Aᵀ)ᵀ = Aᵀ − A,
+    (f(X)∘g(Xᵀ))ᵀ = f(Xᵀ)∘g(X): (W − Wᵀ)ᵀ + W − Wᵀ = 0), or a matrix product with a sum among
+    its factors distributed over it ((I − K⁻¹yyᵀ)K⁻¹ + K⁻¹(I − yyᵀK⁻¹) = 2K⁻¹ − 2K⁻¹yyᵀK⁻¹);
+    else None."""
+    if core.op == "T" and core.args[0].op == "add":
+        return [_pushed_T(u) for u in core.args[0].args]
+    if core.op == "T" and core.args[0].op == "mul":
+        return [_pushed_T(core.args[0])]
+    if core.op == "matmul":
+        fs = ir.chain_factors(core)
+        i = next((i for i, f in enumerate(fs) if f.op == "add"), None)
+        if i is not None:
+            return [_chain(fs[:i] + [u if u.shape == fs[i].shape else s_mul(u, const(1.0, fs[i].shape))]
+                           + fs[i + 1:]) for u in fs[i].args]
+    return None
 
 
 def _pushed_T(e: Expr) -> Expr:
