@@ -358,9 +358,13 @@ def _open_brackets(flat, shape):
             outside.append(_key_of(core))
     closed = _opened_sum(opened + [t for t, *_ in maybe], inside, outside + [_key_of(m[2]) for m in maybe],
                          flat, shape)
-    wide = [(t, c, parts, keys) for i, (t, c, core, parts, keys) in enumerate(maybe)  # (a part meets a like)
-            if any(k in set(inside) | set(outside) | {k for j, m in enumerate(maybe) if j != i for k in m[4]}
-                   for k in keys)]
+    def meets(i, core, keys):  # a part's like in another term (an equal term is collected anyway)
+        own = _key_of(core)
+        elsewhere = set(inside) | {k for k in outside if k != own} | {
+            k for j, m in enumerate(maybe) if j != i and m[2] != core for k in m[4]}
+        return any(k in elsewhere for k in keys)
+
+    wide = [(t, c, parts, keys) for i, (t, c, core, parts, keys) in enumerate(maybe) if meets(i, core, keys)]
     if not wide:
         return closed
     rest = [t for t, *_ in maybe if all(t is not w[0] for w in wide)]
@@ -386,12 +390,15 @@ def _opened_where_alike(core: Expr):
     """The terms of core opened, for _open_brackets to take where one meets its like: a
     transposed sum or entrywise product with the transposes pushed down ((A − Aᵀ)ᵀ = Aᵀ − A,
     (f(X)∘g(Xᵀ))ᵀ = f(Xᵀ)∘g(X): (W − Wᵀ)ᵀ + W − Wᵀ = 0), or a matrix product with a sum among
-    its factors distributed over it ((I − K⁻¹yyᵀ)K⁻¹ + K⁻¹(I − yyᵀK⁻¹) = 2K⁻¹ − 2K⁻¹yyᵀK⁻¹);
-    else None."""
+    its factors distributed over it ((I − K⁻¹yyᵀ)K⁻¹ + K⁻¹(I − yyᵀK⁻¹) = 2K⁻¹ − 2K⁻¹yyᵀK⁻¹),
+    transposed too; else None."""
     if core.op == "T" and core.args[0].op == "add":
         return [_pushed_T(u) for u in core.args[0].args]
     if core.op == "T" and core.args[0].op == "mul":
         return [_pushed_T(core.args[0])]
+    if core.op == "T" and core.args[0].op == "matmul":  # (HᵀS⁻¹(I − vvᵀS⁻¹)H)ᵀ, S symmetric
+        parts = _opened_where_alike(core.args[0])
+        return None if parts is None else [s_T(u) for u in parts]
     if core.op == "matmul":
         fs = ir.chain_factors(core)
         i = next((i for i, f in enumerate(fs) if f.op == "add"), None)

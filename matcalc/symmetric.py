@@ -69,11 +69,14 @@ def symmetrize(G: Expr, names) -> Expr:
     if GT is G or is_symmetric(G, names) or _canon(GT, names) == _canon(G, names):
         return G
     try:
-        opened = use_symmetry(simplify(_opened(G)), names)  # S⁻¹(I - yyᵀS⁻¹) = S⁻¹ - S⁻¹yyᵀS⁻¹
+        raw = _opened(G)
+        opened = use_symmetry(simplify(raw), names)  # S⁻¹(I - yyᵀS⁻¹) = S⁻¹ - S⁻¹yyᵀS⁻¹
     except RecursionError:  # (a very deep G: left as it is)
-        opened = G
+        raw = opened = G
     if is_symmetric(opened, names):
         return opened
+    if is_symmetric(raw, names):  # Hᵀ S⁻¹(I - vvᵀS⁻¹) H, whose terms multiplied out are (simplify collects them again)
+        return G
     if G.op == "add":  # the symmetric terms as they are: S⁻¹ + (A + Aᵀ)/2, not (Aᵀ + S⁻¹ + (Aᵀ + S⁻¹)ᵀ)/2
         kept = [t for t in G.args if is_symmetric(t, names)]
         rest = [t for t in G.args if not is_symmetric(t, names)]
@@ -101,11 +104,29 @@ def _opened(e: Expr, most: int = 16) -> Expr:
     if e.op != "matmul":
         return e
     a, b = (_opened(x, most) for x in e.args)
-    ta = a.args if a.op == "add" and all(t.shape == a.shape for t in a.args) else (a,)  # (no broadcast
-    tb = b.args if b.op == "add" and all(t.shape == b.shape for t in b.args) else (b,)  # term: x - μ)
+    ta = a.args if a.op == "add" and all(t.shape == a.shape for t in a.args) and 1 not in a.shape else (a,)
+    tb = b.args if b.op == "add" and all(t.shape == b.shape for t in b.args) and 1 not in b.shape else (b,)
+    # (no broadcast term, x - μ; no vector: (y - Hx)(y - Hx)ᵀ stays whole on both sides)
     if len(ta) * len(tb) > most or len(ta) * len(tb) == 1:
         return ir.matmul(a, b)
     return ir.add(*[ir.matmul(x, y) for x in ta for y in tb])
+
+
+def _scaled_chain(e: Expr):
+    """(c, the factors of a matrix product) with the numbers of factors c·F taken out:
+    A(−(BC))D is −1 and A, B, C, D, as its transpose's factors are."""
+    c, out = 1.0, []
+    for f in ir.chain_factors(e):
+        arrays = [a for a in f.args if a.shape != ir.SCALAR] if f.op == "mul" else ()
+        if len(arrays) == 1 and all(a.op == "const" for a in f.args if a.shape == ir.SCALAR):
+            for a in f.args:
+                c *= a.attr if a.shape == ir.SCALAR else 1.0
+            k, inner = _scaled_chain(arrays[0]) if arrays[0].op == "matmul" else (1.0, [arrays[0]])
+            c *= k
+            out.extend(inner)
+        else:
+            out.append(f)
+    return c, out
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -120,14 +141,15 @@ def _canon(e: Expr, names: frozenset, transpose: bool = False):
     if op in ("eye", "const") or (op == "sym" and e.attr in names):
         return (op, e.attr, e.shape if not transpose else e.shape[::-1])
     if op == "matmul":
-        factors = ir.chain_factors(e)
+        c, factors = _scaled_chain(e)
         if transpose:
             factors.reverse()
         fs = []
         for f in factors:
             k = _canon(f, names, transpose)
             fs.extend(k[1] if k[0] == "matmul" else (k,))
-        return ("matmul", tuple(fs))
+        fs = [k for k in fs if k[0] != "eye"] or fs[:1]  # (AIB = AB)
+        return ("matmul", tuple(fs)) if c == 1.0 else ("mul", None, (("const", c, ir.SCALAR), ("matmul", tuple(fs))))
     if op == "mul" and any(a.op == "eye" for a in e.args):  # I∘X is diagonal: its own transpose
         transpose = False
     if op in ("add", "mul"):  # commutative: the order of the terms does not matter

@@ -262,3 +262,19 @@ def test_a_value_that_is_not_symmetric_for_a_symmetric_matrix_is_refused():
     r = subprocess.run([sys.executable, "-m", "matcalc", "hessian", expr, "--wrt", "K", "--sym", "K",
                         "--at", "K=[[1,2],[3,4]]", "--at", "y=[1,2]"], capture_output=True, text=True)
     assert r.returncode == 2 and "K is declared symmetric, but its value is not" in r.stderr
+
+
+def test_a_gradient_symmetric_once_its_products_are_multiplied_out_is_not_symmetrised_again():
+    # a Kalman filter's likelihood in P: Hᵀ S⁻¹(I − vvᵀS⁻¹) H is symmetric; it printed as 0.25*(M + M.T)
+    # with M written out twice (148 characters)
+    shapes = {"P": ("n", "n"), "H": ("m", "n"), "R": ("m", "m"), "y": ("m",), "x": ("n",)}
+    d = matcalc.derive("0.5*logdet(S) + 0.5*v.T@inv(S)@v", "P", shapes=shapes, symmetric=["P", "R"],
+                       definitions={"S": "H@P@H.T + R", "v": "y - H@x"})
+    assert d.text == "0.5*H.T@inv(S)@(I - v@v.T@inv(S))@H"
+    rng = np.random.default_rng(0)
+    A, B = rng.standard_normal((3, 3)), rng.standard_normal((4, 4))
+    P, R, H = A @ A.T + np.eye(3), B @ B.T + np.eye(4), rng.standard_normal((4, 3))
+    y, x = rng.standard_normal(4), rng.standard_normal(3)
+    Si, v = np.linalg.inv(H @ P @ H.T + R), y - H @ x
+    np.testing.assert_allclose(d.function(P=P, H=H, R=R, y=y, x=x), 0.5 * H.T @ (Si - Si @ np.outer(v, v) @ Si) @ H,
+                               rtol=1e-10)
