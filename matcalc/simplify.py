@@ -1520,6 +1520,13 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
         return const(1.0, (a.shape[0], 1))
     if name == "diag" and a.op == "T":  # diag(Xᵀ) = diag(X)
         return s_func("diag", a.args[0])
+    if name == "diag" and a.shape[0] == a.shape[1] and a.op in REGISTRY and REGISTRY[a.op].elementwise \
+            and len(a.args) == 1 and a.attr is None and (inner := s_func("diag", a.args[0])).op != "diag":
+        return s_func(a.op, inner)  # diag(f(M)) = f(diag(M)) where diag(M) simplifies: diag(sign(X - Diag(diag X))) = 0
+    if name == "diag" and a.op == "mul" and a.shape[0] == a.shape[1] and all(f.shape in (a.shape, SCALAR) for f in a.args):
+        parts = [f if f.shape == SCALAR else s_func("diag", f) for f in a.args]  # diag(A∘B) = diag(A)∘diag(B)
+        if not any(p.op == "diag" and p.args[0] in a.args for p in parts if p.shape != SCALAR):  # (each simplifies)
+            return s_mul(*parts)
     if name == "diag" and a.op == "add":  # linear, where the terms' diagonals then simplify
         split = s_add(*[s_func("diag", t) for t in a.args])
         if ir.tree_size(split) <= ir.tree_size(a):
