@@ -1503,6 +1503,8 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
             return a.args[0]
         if a.op == "eye":
             return a
+        if a.op == "Diag":  # Diag(v)⁻¹ = Diag(1⊘v): n divisions, not an inverse
+            return s_func("Diag", s_div(const(1.0), a.args[0]))
         if a.op == "T":  # (Xᵀ)⁻¹ = (X⁻¹)ᵀ, as X⁻ᵀ prints
             return s_T(s_func("inv", a.args[0]))
         if a.op == "matrix_power" and isinstance(a.attr, int) and abs(a.attr) < MAX_MATRIX_POWER:  # (Xᵏ)⁻¹ = X⁻ᵏ

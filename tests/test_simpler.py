@@ -1036,3 +1036,12 @@ def test_the_diagonal_of_an_entrywise_function_is_the_function_of_the_diagonal_w
     T = A @ A.T + 4 * np.eye(4)
     off = T - np.diag(np.diag(T))
     np.testing.assert_allclose(d.function(T=T, S=S, lam=0.3), 0.3 * np.sign(off) + S.T - np.linalg.inv(T).T, rtol=1e-12)
+
+
+def test_the_inverse_of_a_diagonal_matrix_is_the_diagonal_of_reciprocals():
+    # a diagonal Gaussian in its log-variances: 79 characters with inv(Diag(exp(ls))) twice, now the hand form
+    d = matcalc.derive("0.5*(x-m).T@inv(Diag(exp(ls)))@(x-m) + 0.5*logdet(Diag(exp(ls)))", "ls")
+    assert d.text == "0.5*(1 - (x - m)**2/exp(ls))"
+    rng = np.random.default_rng(2)
+    x, m, ls = rng.standard_normal(4), rng.standard_normal(4), rng.standard_normal(4)
+    np.testing.assert_allclose(d.function(x=x, m=m, ls=ls), 0.5 - 0.5 * (x - m) ** 2 * np.exp(-ls), rtol=1e-13)
