@@ -574,32 +574,50 @@ def _without_minus(e: Expr):
     return None
 
 
+def _term_factors(core: Expr):
+    """(core's factors, None), or for a quotient a⊘d (its numerator's factors, d): a common
+    factor of a⊘d and b⊘e comes out of both numerators."""
+    if core.op == "div":
+        return factors(core.args[0]), core.args[1]
+    return factors(core), None
+
+
+def _common_factors(items, split) -> list:
+    """The factors (not numbers) every term's core has, split(core)[0] its factors."""
+    common = None
+    for core, _ in items:
+        fs = [f for f in split(core)[0] if f.op != "const"]
+        if common is None:
+            common = fs
+        else:
+            rest, keep = list(fs), []
+            for f in common:
+                if f in rest:
+                    rest.remove(f)
+                    keep.append(f)
+            common = keep
+        if not common:
+            break
+    return common or []
+
+
 def _factor(items, total, shape):
     """Pull out what every term shares: a common Hadamard factor, a common left or
     right matrix factor, or a common numeric coefficient."""
     if total == 0.0:
-        common = None
-        for core, _ in items:
-            fs = [f for f in factors(core) if f.op != "const"]
-            if common is None:
-                common = fs
-            else:
-                rest = list(fs)
-                keep = []
-                for f in common:
-                    if f in rest:
-                        rest.remove(f)
-                        keep.append(f)
-                common = keep
-            if not common:
-                break
+        # a factor of quotients' numerators too where it is large (step(z) of a hinge, written once);
+        # a small one (dx of dx/√u − dx·x²/√u³, log(x)² beside x**eta) stays where the quotients meet
+        common = _common_factors(items, _term_factors)
+        if not common or all(core.op != "div" for core, _ in items) or sum(map(ir.tree_size, common)) < 8:
+            common = _common_factors(items, lambda core: (factors(core), None))
         if common and len(items) > 1:
             inner = []
             for core, c in items:
-                fs = factors(core)
+                fs, den = _term_factors(core) if any(f not in factors(core) for f in common) else (factors(core), None)
                 for f in common:
                     fs.remove(f)
-                inner.append(scale(c, s_mul(*fs) if fs else const(1.0)))
+                rest = s_mul(*fs) if fs else const(1.0)
+                inner.append(scale(c, rest if den is None else s_div(rest, den)))
             return s_mul(*common, s_add(*inner))
         for side in (0, 1):
             if len(items) > 1 and all(core.op == "matmul" for core, _ in items):

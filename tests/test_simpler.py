@@ -1045,3 +1045,17 @@ def test_the_inverse_of_a_diagonal_matrix_is_the_diagonal_of_reciprocals():
     rng = np.random.default_rng(2)
     x, m, ls = rng.standard_normal(4), rng.standard_normal(4), rng.standard_normal(4)
     np.testing.assert_allclose(d.function(x=x, m=m, ls=ls), 0.5 - 0.5 * (x - m) ** 2 * np.exp(-ls), rtol=1e-13)
+
+
+def test_a_large_factor_of_every_quotient_s_numerator_is_written_once():
+    # a cosine triplet loss: step(z) was written four times (396 characters)
+    d = matcalc.derive("relu(margin - a.T@p/(norm2(a)*norm2(p)) + a.T@n/(norm2(a)*norm2(n)))", "a",
+                       shapes={"margin": ()})
+    assert d.text.count("step(") == 1 and len(d.text) < 200
+    rng = np.random.default_rng(0)
+    a, p, n = rng.standard_normal(4), rng.standard_normal(4), rng.standard_normal(4)
+    cos = lambda u, v: u @ v / (np.linalg.norm(u) * np.linalg.norm(v))  # noqa: E731
+    f = lambda a: max(1.5 - cos(a, p) + cos(a, n), 0.0)  # noqa: E731
+    assert f(a) > 0
+    fd = np.array([(f(a + 1e-6 * e) - f(a - 1e-6 * e)) / 2e-6 for e in np.eye(4)])
+    np.testing.assert_allclose(d.function(a=a, p=p, n=n, margin=1.5), fd, rtol=1e-6, atol=1e-9)
