@@ -1729,8 +1729,11 @@ def _sum_along_product(a: Expr, axis: int):
     if len(sums) != 1 or len(a.args) > 3:
         return None
     others = [f for k, f in enumerate(a.args) if k != sums[0]]
-    split = s_add(*[s_func("sum", s_mul(*others, t), attr=axis) for t in a.args[sums[0]].args])
-    return split if ir.tree_size(split) < ir.tree_size(Expr("sum", (a,), axis, split.shape)) else None
+    parts = [s_func("sum", s_mul(*others, t), attr=axis) for t in a.args[sums[0]].args]
+    split = s_add(*parts)
+    size = ir.tree_size(Expr("sum", (a,), axis, split.shape))  # (as long, where a part's sum folds: sum(P, 1) = 1
+    folded = any(p.op != "sum" for p in parts) and ir.tree_size(split) <= size  # of a softmax P, sum(P∘1ᵀc, 1) = c)
+    return split if ir.tree_size(split) < size or folded else None
 
 
 def _spread_number(a: Expr):
@@ -1815,7 +1818,8 @@ def _stable_log(a: Expr):
         return ir.add(ir.func("logsumexp", z, attr=a.attr), ir.neg(ir.func("log", n)))
     ones = a.args[0].args[0] if a.op == "matmul" and a.args[0].op == "T" else a.args[0] if a.op == "matmul" else None
     if ones is not None and a.args[1].op == "exp" and ones.op == "const" and ones.attr == 1.0 \
-            and 1 in ones.shape:  # log(1ᵀ exp(Z)): Z's column sums (1.T as typed: a column of ones transposed)
+            and 1 in ones.shape and ones.shape != (1, 1) and a.args[1].shape[0] != 1:
+        # log(1ᵀ exp(Z)): Z's column sums (1.T as typed: a column of ones transposed), more than one entry each
         out = ir.func("logsumexp", a.args[1].args[0], attr=None if a.shape == SCALAR else 0)
         return out if out.shape == a.shape else None
     if a.op == "sum" and a.args[0].op == "mul" and len(a.args[0].args) == 2 and a.args[0].args[0].op == "const" \

@@ -432,3 +432,11 @@ def _lse(v):
 def _softmax(v):
     e = np.exp(v - np.max(v))
     return e / e.sum()
+
+
+def test_a_sum_of_one_exponential_is_no_logsumexp_over_an_axis_of_length_1():
+    # log(1.T@exp(x.T)) became logsumexp over a 1-entry axis, whose derivative (a softmax there) is refused
+    assert matcalc.derive("sum(log(1.T@exp(x.T)))", "x").text == "1"
+    d = matcalc.derive("sum(log(1.T@exp(Z))*u.T)", "Z", shapes={"Z": (1, "m"), "u": ("m",)})
+    u = np.arange(3.0)
+    np.testing.assert_allclose(d.function(Z=np.ones((1, 3)), u=u), u[None, :])
