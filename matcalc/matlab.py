@@ -39,6 +39,11 @@ def build(kind: str, kids: list, source: str) -> Node | None:
     if kind == "pow":
         s, e = _span(kids)
         return Node("pow", (kids[0], kids[2]), s, e, "m^" if str(kids[1]) == "^" else None)
+    if kind == "call" and str(kids[0]) in ("max", "min") and len(kids[2].children) == 2:  # MATLAB's max(A, B):
+        from .parse import _extremum                                                       # entry by entry
+
+        s, e = _span(kids)
+        return _extremum(str(kids[0]) == "max", *kids[2].children, s, e)
     if kind == "call" and str(kids[0]) in ONES:
         s, e = _span(kids)
         args = kids[2].children

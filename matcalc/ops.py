@@ -523,6 +523,43 @@ elementwise("silu", _silu_prime, "d silu(X) = σ(X)∘(1 + X∘(1 − σ(X)))∘
             sympy=lambda t: t / (1 + _sp().exp(-t)))
 
 
+def _entrywise_pair_rule(u, s, attr):
+    """maximum(A, B), minimum(A, B): two arrays of one shape, or a number and an array."""
+    (ra, ca), (rb, cb) = s
+    if u.one(ra) and u.one(ca):
+        return s[1]
+    if u.one(rb) and u.one(cb):
+        return s[0]
+    if not (u.same(ra, rb) and u.same(ca, cb)):
+        u.fail(f"{u.name} compares two arrays entry by entry, but {u.what(0)} and {u.what(1)} (a number and an "
+               f"array compare each entry with the number)")
+    return s[0]
+
+
+def _jvp_extremum(larger: bool):
+    """d max(a, b) = s∘da + (1 − s)∘db, s = step(a − b) (a > b: a is taken); for min, s = step(b − a).
+    At a tie b's derivative (step(0) = 0), as relu's: maximum(z, 0) = relu(z)."""
+    def jvp(e, d):
+        ir = _ir()
+        a, b = e.args
+        s = ir.func("step", _minus(a, b) if larger else _minus(b, a))
+        terms = [t for t in (None if d[0] is None else ir.mul(s, d[0]),
+                             None if d[1] is None else ir.mul(_minus(_c(1.0), s), d[1])) if t is not None]
+        if not terms:
+            return None
+        out = ir.add(*terms) if len(terms) > 1 else terms[0]
+        return out if out.shape == e.shape else ir.mul(out, _ones(e.shape))
+    return jvp
+
+
+for _name, _larger in (("maximum", True), ("minimum", False)):
+    register(Op(_name, _entrywise_pair_rule, nargs=2, jvp=_jvp_extremum(_larger), smooth=False,
+                rule=(f"d {_name}(A, B) = s∘dA + (1 − s)∘dB, s = step({'A − B' if _larger else 'B − A'})"),
+                numpy=f"np.{_name}({{0}}, {{1}})", torch=f"torch.{_name}({{0}}, {{1}})", jax=f"jnp.{_name}({{0}}, {{1}})",
+                latex=lambda p, e, _t="\\max" if _larger else "\\min": (
+                    f"{_t}\\left({p.p(e.args[0])[0]}, {p.p(e.args[1])[0]}\\right)", 7)))
+
+
 def _tex_exp(p, e):
     """e^{x} binds as a power (5): a transpose or inverse of it gets brackets, (e^{x})^{⊤}
     (e^{x}^{⊤} is a double superscript); a long exponent reads exp(…)."""

@@ -252,18 +252,16 @@ def _number(n: Node):
 
 
 def _extremum(larger: bool, a: Node, b: Node, s: int, e: int) -> Node:
-    """maximum(a, b) (NumPy's, entry by entry) as a + relu(b - a), minimum(a, b) as
-    a - relu(a - b), with a number on the outside (maximum(z, 0) is relu(z), max(0, 1 - y*z)
-    the hinge as papers write it); the nodes made span the call."""
-    if _number(a) is None and _number(b) is not None:
-        a, b = b, a  # (the number outside: c + relu(z - c))
-    inner = Node("add", (b, a), s, e, (1, -1)) if larger else Node("add", (a, b), s, e, (1, -1))
-    if _number(a) == 0.0:  # maximum(0, z) = relu(z), minimum(0, z) = -relu(-z)
-        inner = b if larger else Node("neg", (b,), s, e)
-    part = Node("call", (inner,), s, e, "relu")
-    if _number(a) == 0.0:
-        return part if larger else Node("neg", (part,), s, e)
-    return Node("add", (a, part), s, e, (1, 1 if larger else -1))
+    """max(0, z) and min(c, z) (a number first, the hinge as papers write it) as maximum and
+    minimum, NumPy's entrywise comparisons; with the number 0 as relu, which it is exactly
+    (maximum(z, 0) = relu(z), minimum(z, 0) = -relu(-z)); the nodes made span the call."""
+    zero = b if _number(a) is None and _number(b) == 0.0 else a if _number(a) == 0.0 else None
+    if zero is None:
+        return Node("call", (a, b), s, e, "maximum" if larger else "minimum")
+    other = b if zero is a else a
+    if larger:
+        return Node("call", (other,), s, e, "relu")
+    return Node("neg", (Node("call", (Node("neg", (other,), s, e),), s, e, "relu"),), s, e)
 
 
 _AXIS_KEYWORDS = ("axis", "dim")
@@ -373,8 +371,6 @@ SPELLED = {"solve": "write inv(A)@B: matcalc computes it as a solve", "log_softm
                    "(NumPy's np.max(X, 0) is a largest entry along an axis, which matcalc has not)",
             "min": "min(0, z) is -relu(-z); entry by entry, min(x, y) is minimum(x, y), as NumPy's np.minimum "
                    "(NumPy's np.min(X, 0) is a smallest entry along an axis, which matcalc has not)",
-            **dict.fromkeys(("maximum", "minimum"), "it takes two arguments and compares them entry by entry, "
-                            "as NumPy's: maximum(z, 0) is relu(z)"),
             "pow": "write x**k", "power": "write x**k",
             "inner": "write x.T@y or x:y", "matmul": "write A@B", "var": "write mean((x - mean(x))**2)",
             "σ": "write sigmoid(z)", "cross_entropy": "write -y:log(softmax(z))", "clip": "matcalc has "
@@ -485,7 +481,7 @@ def _two_arguments(source: str, k: int) -> bool:
 def _known_function(name: str) -> bool:
     from .ops import user_functions  # (the registry: a hint only, read when one is needed)
 
-    return name in user_functions() or name in ("maximum", "minimum")  # (read as relu: _extremum)
+    return name in user_functions()
 
 
 # NumPy spellings after a '.': what matcalc writes instead

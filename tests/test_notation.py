@@ -481,3 +481,17 @@ def test_a_defined_vector_spread_over_columns_gets_no_numpy_note():
         d = matcalc.derive("sum(G*(X - mu))", "X", definitions={"mu": "mean(X, 1)"})
     G = np.arange(6.0).reshape(2, 3)
     np.testing.assert_allclose(d.function(G=G, X=np.ones((2, 3))), G - G.mean(1, keepdims=True), rtol=1e-13)
+
+
+def test_maximum_and_minimum_are_exact_where_their_arguments_differ_greatly_and_in_matlab_syntax():
+    # read as a + relu(b - a), maximum(-1e17, 1) was 0 and its gradient in b 0
+    x, y = np.array([-1e17, -1e8]), np.array([1.0, 1e-8])
+    value, grads = matcalc.value_and_grad("sum(maximum(x, y)**2)", ["x", "y"]).function(x=x, y=y)
+    np.testing.assert_allclose(value, 1.0 + 1e-16, rtol=1e-15)
+    np.testing.assert_array_equal(grads["x"], [0.0, 0.0])
+    np.testing.assert_allclose(grads["y"], 2 * y, rtol=1e-15)
+    # a tie takes the second argument's derivative, as relu(z) = maximum(z, 0) does at 0
+    tie = matcalc.derive("sum(maximum(x, y))", "y").function(x=np.ones(2), y=np.ones(2))
+    np.testing.assert_array_equal(tie, [1.0, 1.0])
+    d = matcalc.derive("sum(max(x, y))", "x", syntax="matlab")  # MATLAB's max(A, B) is entrywise
+    np.testing.assert_array_equal(d.function(x=np.array([1.0, -1.0]), y=np.zeros(2)), [1.0, 0.0])

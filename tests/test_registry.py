@@ -112,9 +112,12 @@ CASES = [
      lambda A, x: np.linalg.norm(A @ x) + np.sum(np.abs(x))),
     ("softmax(A@x):y + logsumexp(A@x)", {"A": ("a", "b"), "x": ("b",), "y": ("a",)},
      lambda A, x, y: _softmax(A @ x, 0) @ y + float(_lse(A @ x))),
+    ("sum(maximum(A@x, y)**2) + sum(minimum(A@x, y)*y) + sum(maximum(A@x, 0.3))",
+     {"A": ("a", "b"), "x": ("b",), "y": ("a",)},
+     lambda A, x, y: np.sum(np.maximum(A @ x, y) ** 2) + np.minimum(A @ x, y) @ y + np.sum(np.maximum(A @ x, 0.3))),
 ]
 COVERED = {"sum", "mean", "softmax", "logsumexp", "kron", "kron_sum", "kron_blocks", "vec", "unvec", "ones", "matrix_power", "size", "tr", "Diag",
-           "diag", "det", "logdet", "inv", "norm2", "norm1"}
+           "diag", "det", "logdet", "inv", "norm2", "norm1", "maximum", "minimum"}
 
 
 def _inputs(shapes, rng, spd=()):
