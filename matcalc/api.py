@@ -479,10 +479,10 @@ def symmetric_names(symmetric) -> tuple:
 
 
 def _typed_any(expr, shapes, definitions=None, syntax="matcalc", symmetric=(), scalar=False):
-    """The typed IR of an expression of any shape (``scalar``: λ, which must be a scalar).
-    Where the question is refused as typed (for λ, or is not a scalar), a name that is a
+    """The typed IR of an expression of any shape (``scalar``: a scalar λ is asked for).
+    Where the question is refused as typed (or, for λ, is not a scalar), a name that is a
     declared dimension and no symbol's is read as that size, if the question then is typed
-    (sum((X@w - y)**2)/n with X declared (n, d))."""
+    (for λ, a scalar: sum((X@w - y)**2)/n with X declared (n, d))."""
     if definitions is not None and not isinstance(definitions, dict):
         raise DeriveError("definitions must be a dict name -> expression text")
     if not isinstance(expr, str):

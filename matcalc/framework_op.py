@@ -62,7 +62,7 @@ class MatcalcOp:
             from .sympy_bridge import from_sympy
 
             expr, _, shapes = from_sympy(expr, [], shapes)
-        typed = _typed_any(expr, shapes, definitions)
+        typed = _typed_any(expr, shapes, definitions, scalar=True)  # (as derive reads sum(x**2)/n)
         self.expr, self.backend = expr, backend
         self.names = list(typed.user_shapes)
         self.user_shapes = dict(typed.user_shapes)

@@ -449,6 +449,12 @@ def test_a_declared_dimension_s_name_is_its_size_where_a_symbol_would_not_type()
                            shapes={"Y": ("n", "T"), "S": ("n", "n"), "m": ("n",)})
     E, Si = Y - m[:, None], np.linalg.inv(S)
     np.testing.assert_allclose(d.function(Y=Y, S=S, m=m), -0.5 * Si @ E @ E.T @ Si + 2 * Si, rtol=1e-10)
+    # a size is a count: in sqrt or log, not in a matrix function
+    with pytest.raises(ShapeError):
+        matcalc.derive("sum(x**2)*inv(n)", "x", shapes={"x": ("n",)})
+    with pytest.warns(NotationWarning, match="n is read as the size n"):
+        d = matcalc.derive("sum(x**2)/sqrt(n)", "x", shapes={"x": ("n",)})
+    np.testing.assert_allclose(d.function(x=np.ones(4)), np.ones(4))
     # where the symbol reading works it stays: a bias b beside a dimension b
     d = matcalc.derive("sum(W@x + b)", "W", shapes={"W": ("a", "b"), "x": ("b",)})
     assert d.symbols["b"].shape == ("a", 1)
