@@ -1056,7 +1056,8 @@ class _Typer:
                 hint = f" ({name} is a variable: matcalc has no indexing, it works with whole arrays)"
             raise ParseError(f"unknown function {n.value}{hint}", self.source, n.start,
                              n.start + len(n.value))
-        if not op.elementwise and any(c.kind == "name" and c.value in self.value_dims for c in n.children):
+        if not op.elementwise and n.value not in SIZED and any(c.kind == "name" and c.value in self.value_dims
+                                                               for c in n.children):
             self.fail(n, f"{n.value} of a size")  # (a size is a count: sqrt(n), log(n), not Diag(n) or inv(n))
         given = len(n.children)
         least = op.nargs + (0 if op.params_optional else len(op.params))
