@@ -966,7 +966,7 @@ class _Typer:
         if self.ones_operand(node) is not None:
             return [node]
         rest = None
-        if node.kind == "neg":
+        if node.kind in ("neg", "T"):  # -1.T, (2*1).T
             rest = self.scaled_ones_path(node.children[0])
         elif node.kind == "mul" and node.value in ("*", "/") and self.is_scalar(self.shape[id(node)]):
             parts = node.children if node.value == "*" else node.children[:1]
@@ -974,10 +974,13 @@ class _Typer:
         return [node] + rest if rest else None
 
     def set_scaled_ones(self, path, one, shape):
-        """set_ones for the 1 at the end of path, and its shape for the products above it."""
-        self.set_ones(path[-1], one, shape)
+        """set_ones for the 1 at the end of path, and its shape for the products above it (a
+        transpose on the way turns it)."""
         for node in path[:-1]:
             self.shape[id(node)] = shape
+            if node.kind == "T":
+                shape = (shape[1], shape[0])
+        self.set_ones(path[-1], one, shape)
 
     def matmul(self, n, kid):
         (a, b), (sa, sb) = n.children, kid

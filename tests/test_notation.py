@@ -468,6 +468,8 @@ def test_a_declared_dimension_s_name_is_its_size_where_a_symbol_would_not_type()
     ("-1.T@x", "x", lambda x, W: -np.ones(4)),
     ("sum(W@(2*1))", "W", lambda x, W: 2 * np.ones((3, 4))),
     ("x.T@(alpha/4*1)", "x", lambda x, W: 0.7 / 4 * np.ones(4)),
+    ("(2*1).T@x", "x", lambda x, W: 2 * np.ones(4)),
+    ("(1/4*1).T@W@x", "x", lambda x, W: W.T @ np.ones(3) / 4),
 ])
 def test_a_scaled_one_before_or_after_at_is_a_vector_of_ones(expr, wrt, want):
     # 2*1.T@x was refused: "cannot multiply 2*1.T (scalar) @ x ... (to scale by a scalar use *)"
