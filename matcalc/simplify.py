@@ -734,6 +734,9 @@ def s_mul(*fs: Expr) -> Expr:
             rest.remove(f)
             rest[rest.index(f.args[0])] = s_func("abs", f.args[0])
     _sign_by_abs(rest, denominators)
+    for i, f in enumerate(rest):  # c∘(−a − b) = −c∘(a + b): a sum of negative terms only, its sign outside
+        if f.op == "add" and all(split_coeff(t)[0] < 0 for t in f.args):
+            c, rest[i] = -c, s_add(*[scale(-1.0, t) for t in f.args])
     if denominators and c != 0.0:  # x∘y⊘x = y, 4x⊘(4y) = x⊘y, x⊘x³ = 1⊘x²
         c, rest, denominators = _cancel_quotient(c, rest, denominators)
     if denominators and c != 0.0:
@@ -1450,6 +1453,8 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
         return s_mul(beta, s_func(name, const(1.0, a.shape), attr=attr))
     if op.fold_const is not None and op.transpose is not None and op.nargs == 1:
         # linear: sum(βX) = β sum(X), Diag(X/β) = Diag(X)/β (then c1 folds: sum(1/n) = 1)
+        if a.op == "add" and name in ("sum", "tr", "mean") and all(split_coeff(t)[0] < 0 for t in a.args):
+            return s_mul(const(-1.0), s_func(name, s_add(*[scale(-1.0, t) for t in a.args]), attr=attr))
         if a.op == "mul":
             sc, arr = _split_scalars(a)
             if sc and arr.shape == a.shape and (name in ("sum", "tr", "mean") or arr.op == "const"):

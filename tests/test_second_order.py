@@ -928,3 +928,15 @@ def test_attention_with_one_key_declared_by_name_has_zero_query_gradient():
     np.testing.assert_allclose(matcalc.derive(expr, "Q", shapes=shapes).function(Q=Q, K=K, V=V, G=G), 0.0, atol=1e-15)
     np.testing.assert_allclose(matcalc.derive(expr, "V", shapes=shapes).function(Q=Q, K=K, V=V, G=G),
                                G.sum(0, keepdims=True), rtol=1e-13)
+
+
+def test_a_sum_of_negative_terms_takes_its_sign_outside():
+    # mixed blocks printed -dalpha*(-A - B) and -tr(-A - B)
+    h = matcalc.hessian("u.T@inv(X + alpha*I)@v", ["X", "alpha"])
+    assert not any("(-" in h[k].text for k in h), [h[k].text for k in h]
+    rng = np.random.default_rng(4)
+    X, u, v, alpha = 3 * np.eye(3) + rng.standard_normal((3, 3)), rng.standard_normal(3), rng.standard_normal(3), 0.4
+    g = matcalc.derive("u.T@inv(X + alpha*I)@v", "X").function
+    step = 1e-6  # d/dalpha of the gradient in X, against the (X, alpha) block applied to dalpha = 1
+    fd = (g(X=X, u=u, v=v, alpha=alpha + step) - g(X=X, u=u, v=v, alpha=alpha - step)) / (2 * step)
+    np.testing.assert_allclose(h["X", "alpha"].hvp(1.0, X=X, u=u, v=v, alpha=alpha), fd, rtol=1e-6, atol=1e-9)
