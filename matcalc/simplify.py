@@ -1736,9 +1736,16 @@ def _sum_along_product(a: Expr, axis: int):
     others = [f for k, f in enumerate(a.args) if k != sums[0]]
     parts = [s_func("sum", s_mul(*others, t), attr=axis) for t in a.args[sums[0]].args]
     split = s_add(*parts)
-    size = ir.tree_size(Expr("sum", (a,), axis, split.shape))  # (as long, where a part's sum folds: sum(P, 1) = 1
-    folded = any(p.op != "sum" for p in parts) and ir.tree_size(split) <= size  # of a softmax P, sum(P∘1ᵀc, 1) = c)
-    return split if ir.tree_size(split) < size or folded else None
+    whole = Expr("sum", (a,), axis, split.shape)
+    # shorter; or where a part's sum folds (sum(P, 1) = 1 of a softmax P, sum(P∘c1ᵀ, 1) = c) with no more
+    # distinct parts (C written again in each sum(C∘…) is one part: printed results name it where long)
+    folded = any(p.op != "sum" for p in parts) and _dag_size(split) <= _dag_size(whole)
+    return split if ir.tree_size(split) < ir.tree_size(whole) or folded else None
+
+
+def _dag_size(e: Expr) -> int:
+    """How many distinct nodes e has."""
+    return sum(1 for _ in ir.walk(e))
 
 
 def _spread_number(a: Expr):

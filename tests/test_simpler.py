@@ -1059,3 +1059,17 @@ def test_a_large_factor_of_every_quotient_s_numerator_is_written_once():
     assert f(a) > 0
     fd = np.array([(f(a + 1e-6 * e) - f(a - 1e-6 * e)) / 2e-6 for e in np.eye(4)])
     np.testing.assert_allclose(d.function(a=a, p=p, n=n, margin=1.5), fd, rtol=1e-6, atol=1e-9)
+
+
+def test_a_kl_between_softmaxes_loses_the_rows_constants():
+    # distillation's KL(P‖Q), P = softmax(X@W, 1): 153 characters of logsumexp terms that cancel
+    from scipy.special import log_softmax, softmax
+
+    d = matcalc.derive("sum(P*(log(P) - log(Q)))", "W", definitions={"P": "softmax(X@W, 1)", "Q": "softmax(X@V, 1)"})
+    assert "logsumexp" not in d.text and len(d.text) < 70, d.text
+    rng = np.random.default_rng(0)
+    X, W, V = rng.standard_normal((5, 3)), rng.standard_normal((3, 4)), rng.standard_normal((3, 4))
+    P, D = softmax(X @ W, 1), X @ W - X @ V
+    np.testing.assert_allclose(d.function(X=X, W=W, V=V), X.T @ (P * (D - np.sum(P * D, 1, keepdims=True))),
+                               rtol=1e-10, atol=1e-13)
+    assert np.isclose(np.sum(P * (log_softmax(X @ W, 1) - log_softmax(X @ V, 1))) >= 0, True)
