@@ -524,7 +524,8 @@ elementwise("silu", _silu_prime, "d silu(X) = σ(X)∘(1 + X∘(1 − σ(X)))∘
 
 
 def _entrywise_pair_rule(u, s, attr):
-    """maximum(A, B), minimum(A, B): two arrays of one shape, or a number and an array."""
+    """maximum(A, B), minimum(A, B): two arrays of one shape, or a number and an array (the typing
+    spreads a row or column over a matrix first, as for +)."""
     (ra, ca), (rb, cb) = s
     if u.one(ra) and u.one(ca):
         return s[1]

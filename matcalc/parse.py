@@ -373,8 +373,8 @@ SPELLED = {"solve": "write inv(A)@B: matcalc computes it as a solve", "log_softm
                    "(NumPy's np.min(X, 0) is a smallest entry along an axis, which matcalc has not)",
             "pow": "write x**k", "power": "write x**k",
             "inner": "write x.T@y or x:y", "matmul": "write A@B", "var": "write mean((x - mean(x))**2)",
-            "σ": "write sigmoid(z)", "cross_entropy": "write -y:log(softmax(z))", "clip": "matcalc has "
-            "no clip; relu(x) clips at 0", "eye": "the identity is I, eye or eye(n): I takes its size from "
+            "σ": "write sigmoid(z)", "cross_entropy": "write -y:log(softmax(z))", **dict.fromkeys(("clip", "clamp"), "write minimum(maximum(x, lo), hi); relu(x) clips at 0"),
+            "relu6": "write minimum(relu(z), 6)", "hardtanh": "write maximum(minimum(z, 1), -1)", "eye": "the identity is I, eye or eye(n): I takes its size from "
             "what it meets (I + X@X.T, W@I), eye(n) has n rows and columns", "identity": "the identity is I, sized by what it meets",
             "zeros": "write 0 (beside +, - or : it takes the other side's shape), or 0*ones(rows, cols)",
             "expm": "matcalc has no matrix exponential; exp(X) is entry by entry",

@@ -1059,6 +1059,9 @@ class _Typer:
                 hint = f" ({name} is a variable: matcalc has no indexing, it works with whole arrays)"
             raise ParseError(f"unknown function {n.value}{hint}", self.source, n.start,
                              n.start + len(n.value))
+        if name in ("maximum", "minimum") and len(n.children) == 2:  # NumPy's broadcast, as + and * have it:
+            out = self.broadcast(n, n.children, kid, "compare")      # a row over a matrix's rows, …
+            kid = [k if self.is_scalar(k) else out for k in kid]
         if not op.elementwise and n.value not in SIZED and any(c.kind == "name" and c.value in self.value_dims
                                                                for c in n.children):
             self.fail(n, f"{n.value} of a size")  # (a size is a count: sqrt(n), log(n), not Diag(n) or inv(n))

@@ -501,5 +501,9 @@ def test_maximum_and_minimum_are_exact_where_their_arguments_differ_greatly_and_
     # a tie takes the second argument's derivative, as relu(z) = maximum(z, 0) does at 0
     tie = matcalc.derive("sum(maximum(x, y))", "y").function(x=np.ones(2), y=np.ones(2))
     np.testing.assert_array_equal(tie, [1.0, 1.0])
+    # a row over a matrix's rows, as NumPy broadcasts np.maximum(X, b[None, :]) and + does here
+    X, b = np.arange(6.0).reshape(2, 3) - 2.5, np.array([0.5, -1.0, 0.0])
+    g = matcalc.derive("sum(maximum(X, b.T)**2)", "b", shapes={"X": ("m", "n"), "b": ("n",)}).function(X=X, b=b)
+    np.testing.assert_allclose(g, np.sum(2 * np.maximum(X, b) * (X <= b), 0), rtol=1e-14)
     d = matcalc.derive("sum(max(x, y))", "x", syntax="matlab")  # MATLAB's max(A, B) is entrywise
     np.testing.assert_array_equal(d.function(x=np.array([1.0, -1.0]), y=np.zeros(2)), [1.0, 0.0])

@@ -220,6 +220,8 @@ def test_cli_help_and_version():
     ("np.linalg.norm(A@x-b)**2", "x", ["write norm2(...)"]),
     ("sum(max(W@x, 0))", "W", ["max(0, z) is relu(z)", "maximum(x, y)"]),
     ("sum(where(W@x > 0, W@x, 0))", "W", ["no comparisons", "step(z)*a + (1 - step(z))*b"]),
+    ("sum(clip(W@x, 0, 6))", "W", ["minimum(maximum(x, lo), hi)"]),
+    ("sum(relu6(W@x))", "W", ["minimum(relu(z), 6)"]),
     ("sum(softmax(W@x, 1))", "W", ["takes each entry alone", "every entry would be 1", "softmax(·, 0)"]),
     ("||A@x-b||**2", "x", ["norm2(x)"]),
     ("tr(A@X^{-1})", "X", ["X^{-1} is inv(X)"]),
