@@ -361,7 +361,7 @@ def _open_brackets(flat, shape):
     def meets(i, core, keys):  # a part's like in another term (an equal term is collected anyway)
         own = _key_of(core)
         elsewhere = set(inside) | {k for k in outside if k != own} | {
-            k for j, m in enumerate(maybe) if j != i and m[2] != core for k in m[4]}
+            k for j, m in enumerate(maybe) if j != i and m[2] != core for k in m[4] + [_key_of(m[2])]}
         return any(k in elsewhere for k in keys)
 
     wide = [(t, c, parts, keys) for i, (t, c, core, parts, keys) in enumerate(maybe) if meets(i, core, keys)]
