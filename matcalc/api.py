@@ -522,22 +522,22 @@ def _typed(expr, shapes, definitions=None, syntax="matcalc", symmetric=(), wrt=(
 def _scalar_hint(expr, typed, shapes, definitions, syntax, symmetric, wrt=()) -> str:
     """How the question may have meant a scalar λ: a name that is a vector only by its spelling
     (lam, reg, c; not a wrt) declared a number, or * read as MATLAB's matrix product (x'*A*x).
-    Each try types the question again: at most 12 names and about 0.2 s."""
-    from time import perf_counter
-
+    Each try types the question again: at most HINT_TRIES of them (a count, not a time: the
+    hint is the same on a busy machine)."""
     from .shapes import default_kind
 
-    start = perf_counter()
+    left = [HINT_TRIES]
 
     def scalar_with(declared, syn=syntax):
         return _scalar_text(expr, declared, definitions, syn, symmetric)
 
     def first(tries):
-        """The hint of the first (declaration, hint) that makes λ a scalar; "" once the time is
-        spent; None if none does."""
+        """The hint of the first (declaration, hint) that makes λ a scalar; "" once the tries
+        are spent; None if none does."""
         for declared, hint in tries:
-            if perf_counter() - start > 0.2:
+            if left[0] <= 0:
                 return ""
+            left[0] -= 1
             if scalar_with({**shapes, **declared}):
                 return hint
         return None
@@ -579,7 +579,7 @@ def _scalar_hint(expr, typed, shapes, definitions, syntax, symmetric, wrt=()) ->
                         f"{', '.join(numbers)} {'a vector' if len(numbers) == 1 else 'vectors'} "
                         f"({', '.join(f'--shape {n}={d[0]}' for n, d in declared.items())}; "
                         f"shapes={{{', '.join(f'{n!r}: {d!r}' for n, d in declared.items())}}}) to make λ a scalar")
-    at = _at_for_star(expr, lambda text: _scalar_text(text, shapes, definitions, syntax, symmetric), start) \
+    at = _at_for_star(expr, lambda text: _scalar_text(text, shapes, definitions, syntax, symmetric), left) \
         if syntax == "matcalc" and ("'" not in expr or "@" in expr) else None
     if at is not None:  # x.T*A*x: x.T@A@x meant
         return f"; * is the entrywise product here: for the matrix product write {at.strip()}"
@@ -592,20 +592,23 @@ def _scalar_hint(expr, typed, shapes, definitions, syntax, symmetric, wrt=()) ->
                  ) or ""  # (sum(x)/N, -T*logsumexp(-e/T): a number named in upper case)
 
 
-def _at_for_star(expr: str, scalar, start: float, most: int = 6):
+HINT_TRIES = 160  # typings of a refused question that a hint may try (about 1-2 ms each)
+
+
+def _at_for_star(expr: str, scalar, left: list, most: int = 6):
     """The text with the fewest of its entrywise * written @ that makes λ a scalar (x.T*A*x:
     x.T@A@x; 2*x.T*y: 2*x.T@y, the number's * kept), or None; tries subsets of at most
-    ``most`` stars, within about 0.2 s of ``start``."""
+    ``most`` stars, while left[0] tries are left (each spends one)."""
     import itertools
-    from time import perf_counter
 
     stars = [m.start() for m in re.finditer(r"(?<![*])\*(?![*])", expr)]
     if not stars or len(stars) > most:
         return None
     for k in range(1, len(stars) + 1):
         for chosen in itertools.combinations(stars, k):
-            if perf_counter() - start > 0.2:
+            if left[0] <= 0:
                 return None
+            left[0] -= 1
             text = "".join("@" if i in chosen else ch for i, ch in enumerate(expr))
             if scalar(text):
                 return text
