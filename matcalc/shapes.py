@@ -583,7 +583,13 @@ class _Typer:
         two 1-D arrays (where its .T changes nothing and sum(X, 0) is 1-D too)."""
         if row is None:
             return ""
-        col = self.text(row.children[0]) if row.kind == "T" else f"{self.text(row)}.T"
+        text = self.text(row)
+        if row.kind == "T":
+            col = self.text(row.children[0])
+        elif row.kind == "mul" and row.value in ("*", "/") and row.children[-1].kind == "T" and text.endswith(".T"):
+            col = text[:-2]  # 2*x.T: 2*x
+        else:
+            col = f"{text}.T" if row.kind in ("name", "call") or _wrapped(text) else f"({text}).T"
         other = n.children[0] if n.children[0] is not row else n.children[-1]
         if self.text(other) == col:
             return ""  # x - x.T: x - x is 0, every pair is meant

@@ -200,6 +200,8 @@ def test_a_column_met_by_a_row_says_how_numpy_pairs_1d_arrays():
         matcalc.derive("sum(x.T*y)", "x")
     with pytest.warns(NotationWarning, match=r"write mean\(X, 0\)\.T in place of mean\(X, 0\)"):
         matcalc.derive("sum((mean(X, 0) - u)**2)", "X")
+    with pytest.warns(NotationWarning, match=r"write 2\*x in place of 2\*x\.T"):  # (was 2*x.T.T)
+        matcalc.derive("sum(2*x.T*y)", "x")
 
 
 def test_a_gate_defined_by_an_entrywise_function_is_no_suspicious_hadamard_factor():
