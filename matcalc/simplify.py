@@ -546,6 +546,38 @@ def _contains(e: Expr, nodes) -> bool:
     return any(n in nodes for n in ir.walk(e))
 
 
+def _gate(f: Expr):
+    """(u, True) for step(u), (u, False) for 1 − step(u): an array of 0s and 1s; else None."""
+    if f.op == "step":
+        return f.args[0], True
+    if f.op == "add" and len(f.args) == 2:
+        one, other = f.args if f.args[0].op == "const" else f.args[::-1]
+        c, core = split_coeff(other)
+        if one.op == "const" and one.attr == 1.0 and c == -1.0 and core is not None and core.op == "step":
+            return core.args[0], False
+    return None
+
+
+def _gates_met(fs: list):
+    """The factors with the 0/1 gates on one argument u (step(±u), 1 − step(±u)) taken
+    together: None where two are never both 1 (the product is 0: step(u) and 1 − step(u),
+    step(u) and step(−u), step(0) being 0); step(u) and 1 − step(−u) are step(u).  Equal
+    gates stay (s_pow's sᵏ = s)."""
+    gates = [(i, g) for i, g in enumerate(map(_gate, fs)) if g is not None]
+    drop = set()
+    for a, (i, (u, on)) in enumerate(gates):
+        for j, (v, on2) in gates[a + 1:]:
+            if v == u:
+                if on != on2:
+                    return None
+            elif is_zero(s_add(u, v)):  # v = −u
+                if on and on2:
+                    return None
+                if on != on2:  # step(u)∘(1 − step(−u)) = step(u)
+                    drop.add(j if on else i)
+    return [f for i, f in enumerate(fs) if i not in drop] if drop else fs
+
+
 def _negated(z: Expr) -> Expr:
     return s_mul(const(-1.0), z)
 
@@ -734,6 +766,9 @@ def s_mul(*fs: Expr) -> Expr:
             rest.remove(f)
             rest[rest.index(f.args[0])] = s_func("abs", f.args[0])
     _sign_by_abs(rest, denominators)
+    rest = _gates_met(rest)  # step(u)∘(1 − step(u)) = 0, step(u)∘step(−u) = 0, step(u)∘(1 − step(−u)) = step(u)
+    if rest is None:
+        return const(0.0, shape)
     for i, f in enumerate(rest):  # c∘(−a − b) = −c∘(a + b): a sum of negative terms only, its sign outside
         if f.op == "add" and all(split_coeff(t)[0] < 0 for t in f.args):
             c, rest[i] = -c, s_add(*[scale(-1.0, t) for t in f.args])
@@ -1276,8 +1311,8 @@ def s_pow(a: Expr, k: Expr) -> Expr:
     if beta is not None:  # (β1)ᵏ = βᵏ1
         return s_mul(s_pow(beta, k), const(1.0, a.shape))
     if k.op == "const":
-        if k.attr == 1.0 or a.op in ("step", "eye") and k.attr > 0:  # (step(z)ᵏ = step(z), Iᵏ = I:
-            return a                                                     # entries 0 or 1)
+        if k.attr == 1.0 or (a.op in ("step", "eye") or _gate(a) is not None) and k.attr > 0:
+            return a  # (step(z)ᵏ = step(z), (1 − step(z))ᵏ = 1 − step(z), Iᵏ = I: entries 0 or 1)
         if k.attr == 0.0:
             return const(1.0, a.shape)
         if a.op == "const":

@@ -940,3 +940,15 @@ def test_a_sum_of_negative_terms_takes_its_sign_outside():
     step = 1e-6  # d/dalpha of the gradient in X, against the (X, alpha) block applied to dalpha = 1
     fd = (g(X=X, u=u, v=v, alpha=alpha + step) - g(X=X, u=u, v=v, alpha=alpha - step)) / (2 * step)
     np.testing.assert_allclose(h["X", "alpha"].hvp(1.0, X=X, u=u, v=v, alpha=alpha), fd, rtol=1e-6, atol=1e-9)
+
+
+def test_gates_that_are_never_both_1_make_0():
+    # step(u)*(1 - step(u)) and step(u)*step(-u) are 0 (step(0) = 0): the Hessian of
+    # sum(maximum(A@x, B@x)**2) was 177 characters of such products
+    h = matcalc.hessian("sum(maximum(A@x, B@x)**2)", "x")
+    assert h.text == "2*(B.T@Diag(1 - step((A - B)@x))@B + A.T@Diag(step((A - B)@x))@A)@dx"
+    rng = np.random.default_rng(0)
+    A, B, x = rng.standard_normal((4, 3)), rng.standard_normal((4, 3)), rng.standard_normal(3)
+    s = (A @ x > B @ x) * 1.0
+    np.testing.assert_allclose(h.matrix(A=A, B=B, x=x), 2 * (B.T @ np.diag(1 - s) @ B + A.T @ np.diag(s) @ A),
+                               rtol=1e-13)
