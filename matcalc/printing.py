@@ -56,10 +56,13 @@ def number_form(v: float, pi=True):
 
 
 # (c, e) for the numbers p/q·cᵉ: π, 1/π, π², 1/π², √π, 1/√π, √(2π), 1/√(2π), 1/√2, √2 (those
-# of 2 last); of two forms of one number the one with the smaller p + q is taken
+# of 2 after those of π), √3, 1/√3, …; of two forms of one number the one with the smaller p + q is taken
+_ROOTS = (3.0, 5.0, 6.0, 7.0, 10.0)  # √3, √5, …, 1/√5 (attention's 1/√d at the sizes one writes)
 _CONSTANT_POWERS = ((math.pi, 1), (math.pi, -1), (math.pi, 2), (math.pi, -2), (math.pi, 0.5), (math.pi, -0.5),
-                    (2 * math.pi, 0.5), (2 * math.pi, -0.5), (2.0, -0.5), (2.0, 0.5))
-_CONSTANT_NAMES = {math.pi: ("pi", "\\pi"), 2 * math.pi: ("2*pi", "2\\pi"), 2.0: ("2", "2")}
+                    (2 * math.pi, 0.5), (2 * math.pi, -0.5), (2.0, -0.5), (2.0, 0.5)) + tuple(
+    (c, e) for c in _ROOTS for e in (-0.5, 0.5))
+_CONSTANT_NAMES = {math.pi: ("pi", "\\pi"), 2 * math.pi: ("2*pi", "2\\pi"), 2.0: ("2", "2"),
+                   **{c: (str(int(c)), str(int(c))) for c in _ROOTS}}
 
 
 def _constant_parts(form, tex: bool, pow_op: str = "**"):

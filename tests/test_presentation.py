@@ -357,3 +357,9 @@ def test_value_and_grad_shows_its_gradients():
     assert str(vg) == "∂λ/∂W = 2*(W@x + b)@x.T\n∂λ/∂b = 2*(W@x + b)"
     md = vg._repr_markdown_()
     assert md.count("$$\\frac{\\partial \\lambda}") == 2 and md.count("<details>") == 2
+
+
+def test_square_roots_of_small_numbers_print_as_roots():
+    # attention's 1/sqrt(5) printed 0.4472135954999579
+    d = matcalc.derive("sum(exp(x/sqrt(5)))", "x")
+    assert d.text == "1/sqrt(5)*exp(1/sqrt(5)*x)" and "\\sqrt{5}" in d.latex
