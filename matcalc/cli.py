@@ -45,8 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--sym", action="append", default=[], metavar="NAME", type=str.strip,
                    help="NAME is a symmetric matrix: its gradient is sym(G) = (G + Gᵀ)/2 (repeat for several)")
     d.add_argument("--at", action="append", default=[], metavar="NAME=VALUE",
-                   help="evaluate the gradient at numbers: a number or a nested list per symbol, "
-                        "e.g. --at x=[1,2] --at W=[[1,0],[0,1]] --at alpha=0.5")
+                   help="evaluate the gradient at numbers: a number, a nested list or a file (.npy, .csv, "
+                        ".txt) per symbol, e.g. --at x=[1,2] --at W=[[1,0],[0,1]] --at alpha=0.5 --at X=X.npy")
     d.add_argument("--form", choices=["diag"], default=None,
                    help="diag: write h∘v as Hv with H = Diag(h) named, as papers do")
     d.add_argument("--layout", choices=["denominator", "numerator"], default="denominator",
@@ -231,8 +231,8 @@ def parse_at(items) -> dict:
                                   lambda m: "NaN" if m.group(2).lower() == "nan"
                                   else ("-" if m.group(1) == "-" else "") + "Infinity", value))
         except ValueError:
-            raise DeriveError(f"--at {name}: {value.strip()[:60]!r} is not a number or a nested list of "
-                              "numbers (like [[1, 2], [3, 4]])") from None
+            raise DeriveError(f"--at {name}: {value.strip()[:60]!r} is not a number, a nested list of "
+                              "numbers (like [[1, 2], [3, 4]]) or a file (.npy, .csv, .txt)") from None
         if not _numeric(v):
             raise DeriveError(f"--at {name}: {value.strip()[:60]!r} is not a number or a nested list of numbers")
         import numpy as np  # (only with --at: the cold CLI imports no NumPy)

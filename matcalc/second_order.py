@@ -1278,8 +1278,8 @@ def add_cli_parsers(sub) -> None:
         p.add_argument("--check", action="store_true",
                        help="check against finite differences (exit 1 if it fails)")
         p.add_argument("--at", action="append", default=[], metavar="NAME=VALUE",
-                       help="the dense matrix at numbers: a number or a nested list per symbol, "
-                            "e.g. --at x=[1,2] --at A=[[1,0],[0,1]]")
+                       help="the dense matrix at numbers: a number, a nested list or a file (.npy, .csv, .txt) "
+                            "per symbol, e.g. --at x=[1,2] --at A=[[1,0],[0,1]] --at X=X.npy")
         p.add_argument("--json", action="store_true", help="print one JSON object per variable (block)")
         p.add_argument("--sym", action="append", default=[], metavar="NAME", type=str.strip,
                        help="NAME is a symmetric matrix: " + ("the gradient is sym(G) and its block is the Hessian"

@@ -1432,6 +1432,9 @@ def _kron_factors(C: Expr):
 
 def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
     op = REGISTRY[name]
+    if name in ("sum", "mean", "logsumexp", "softmax") and attr is not None and a.shape != SCALAR \
+            and a.shape[1 - attr] == 1:  # along a vector's own axis: over every entry (sum(u, 0) of a column u)
+        return s_func(name, a)
     if more and name == "kron" and a.op == "eye" and more[0].op == "eye":  # I⊗I = I
         return ir.eye(ir.dim_mul(a.shape[0], more[0].shape[0]))
     if more and name in ("kron", "kron_sum", "kron_blocks") and (is_zero(a) or is_zero(more[0])):

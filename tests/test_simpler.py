@@ -1073,3 +1073,9 @@ def test_a_kl_between_softmaxes_loses_the_rows_constants():
     np.testing.assert_allclose(d.function(X=X, W=W, V=V), X.T @ (P * (D - np.sum(P * D, 1, keepdims=True))),
                                rtol=1e-10, atol=1e-13)
     assert np.isclose(np.sum(P * (log_softmax(X @ W, 1) - log_softmax(X @ V, 1))) >= 0, True)
+
+
+def test_a_reduction_along_a_vector_s_own_axis_is_over_every_entry():
+    # sum(u, -1)*sum(u) gave (sum(u, 0) + sum(u))*1
+    assert matcalc.derive("sum(u, -1)*sum(u)", "u").text == "2*sum(u)*1"
+    np.testing.assert_allclose(matcalc.derive("logsumexp(u, 0)", "u").function(u=np.zeros(4)), np.full(4, 0.25))
