@@ -63,9 +63,10 @@ class Derivation:
 
     @property
     def lam_symbol(self) -> str:
-        """The objective's name in text: λ, or ℓ where a symbol is itself named λ (one named
-        lambda reads apart in text; in LaTeX both are \\lambda, see objective_tex)."""
-        return "ℓ" if "λ" in self._question_names else "λ"
+        """The objective's name in text: λ, or ℓ where a symbol is itself named λ or lambda
+        (∂λ/∂w = 2*(lambda*w + …) read as the objective's own name; in LaTeX both are
+        \\lambda, see objective_tex)."""
+        return "ℓ" if {"λ", "lambda"} & self._question_names else "λ"
 
     @property
     def _lam_tex(self) -> str:

@@ -55,11 +55,12 @@ def test_latex_of_greek_subscripts_and_a_trailing_underscore():
     assert "x\\_" in d.latex
 
 
-def test_the_objective_is_l_in_text_where_a_symbol_is_named_lambda_in_greek():
-    # ∂λ/∂w = λ*1 + … read as the objective's own name; a symbol spelled lambda reads apart
+def test_the_objective_is_l_in_text_where_a_symbol_is_named_lambda():
+    # ∂λ/∂w = λ*1 + … read as the objective's own name, and so did ∂λ/∂w = 2*lambda*w (a ridge penalty)
     d = matcalc.derive("λ*sum(w) + w:w", "w")
     assert str(d).startswith("∂ℓ/∂w = ") and d.derivation_lines()[0].startswith("ℓ = ")
-    assert str(matcalc.derive("lambda*w:w", "w")).startswith("∂λ/∂w = ")
+    assert str(matcalc.derive("lambda*w:w", "w")).startswith("∂ℓ/∂w = ")
+    assert str(matcalc.derive("lam*w:w", "w", shapes={"lam": ()})).startswith("∂λ/∂w = ")
 
 
 def test_unicode_dimension_names():
