@@ -614,6 +614,24 @@ def _term_factors(core: Expr):
     return factors(core), None
 
 
+_GROUPING: set = set()  # the factors _factor is grouping terms by, further up the call stack
+
+
+def _shared_factor(items):
+    """(f, the items with the factor f) for a factor (not a number, no leaf: 4 nodes at least)
+    that two or more terms but not all share, the one most share (then the largest); else None."""
+    count: dict = {}
+    for core, _ in items:
+        for f in set(factors(core)):
+            if f.op != "const" and f.shape in (core.shape, SCALAR) and ir.tree_size(f) >= 4 and f not in _GROUPING:
+                count[f] = count.get(f, 0) + 1
+    best = max((f for f, k in count.items() if 1 < k < len(items)), default=None,
+               key=lambda f: (count[f], ir.tree_size(f)))
+    if best is None:
+        return None
+    return best, [(core, c) for core, c in items if best in factors(core) and len(factors(core)) > 1]
+
+
 def _common_factors(items, split) -> list:
     """The factors (not numbers) every term's core has, split(core)[0] its factors."""
     common = None
@@ -651,6 +669,21 @@ def _factor(items, total, shape):
                 rest = s_mul(*fs) if fs else const(1.0)
                 inner.append(scale(c, rest if den is None else s_div(rest, den)))
             return s_mul(*common, s_add(*inner))
+        shared = _shared_factor(items)
+        if shared is not None:  # a large factor of some terms: f∘a − f∘b + c = f∘(a − b) + c
+            f, group = shared
+            inner = []
+            for core, c in group:
+                fs = factors(core)
+                fs.remove(f)
+                inner.append(scale(c, s_mul(*fs) if fs else const(1.0)))
+            _GROUPING.add(f)  # (a sum inside that meets f again leaves it: no regrouping without end)
+            try:
+                grouped = s_mul(f, s_add(*inner))
+                if grouped.op != "add":
+                    return s_add(grouped, *[scale(c, core) for core, c in items if (core, c) not in group])
+            finally:
+                _GROUPING.discard(f)
         for side in (0, 1):
             if len(items) > 1 and all(core.op == "matmul" for core, _ in items):
                 first = items[0][0].args[side]
@@ -1493,6 +1526,8 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
         # linear: sum(βX) = β sum(X), Diag(X/β) = Diag(X)/β (then c1 folds: sum(1/n) = 1)
         if a.op == "add" and name in ("sum", "tr", "mean") and all(split_coeff(t)[0] < 0 for t in a.args):
             return s_mul(const(-1.0), s_func(name, s_add(*[scale(-1.0, t) for t in a.args]), attr=attr))
+        if a.op == "mul" and name == "Diag" and a.args[0].op == "const" and a.args[0].attr < 0:
+            return s_mul(const(-1.0), s_func(name, scale(-1.0, a), attr=attr))  # Diag(−h) = −Diag(h)
         if a.op == "mul":
             sc, arr = _split_scalars(a)
             if sc and arr.shape == a.shape and (name in ("sum", "tr", "mean") or arr.op == "const"):
