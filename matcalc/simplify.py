@@ -681,7 +681,9 @@ def _factor(items, total, shape):
             try:
                 grouped = s_mul(f, s_add(*inner))
                 if grouped.op != "add":
-                    return s_add(grouped, *[scale(c, core) for core, c in items if (core, c) not in group])
+                    out = s_add(grouped, *[scale(c, core) for core, c in items if (core, c) not in group])
+                    if ir.tree_size(out) < sum(ir.tree_size(core) + (c != 1.0) for core, c in items):
+                        return out  # (only where shorter: the terms of a Hessian can get longer so)
             finally:
                 _GROUPING.discard(f)
         for side in (0, 1):
@@ -1812,7 +1814,7 @@ def _sum_along_product(a: Expr, axis: int):
     whole = Expr("sum", (a,), axis, split.shape)
     # shorter; or where a part's sum folds (sum(P, 1) = 1 of a softmax P, sum(P∘c1ᵀ, 1) = c) with no more
     # distinct parts (C written again in each sum(C∘…) is one part: printed results name it where long)
-    folded = any(p.op != "sum" for p in parts) and _dag_size(split) <= _dag_size(whole)
+    folded = any(all(n.op != "sum" for n in ir.walk(p)) for p in parts) and _dag_size(split) <= _dag_size(whole)
     return split if ir.tree_size(split) < ir.tree_size(whole) or folded else None
 
 
