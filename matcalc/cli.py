@@ -310,8 +310,10 @@ def evaluate_at(d, values: dict):
     except np.linalg.LinAlgError as e:  # (a ValueError too)
         raise DeriveError(f"--at: the gradient of {d.expr} inverts or factorises a matrix (inv, solve, "
                           "det, logdet) that is singular at these values") from None
-    except (ShapeError, ValueError) as e:
-        raise ShapeError(f"--at: {getattr(e, 'message', e)}") from None
+    except ShapeError as e:
+        raise ShapeError(f"--at: {e.message}") from None
+    except ValueError as e:  # (a value a symmetric symbol may not have: not a shape error)
+        raise DeriveError(f"--at: {e}") from None
 
 
 def _unknown_options(parser, argv) -> None:

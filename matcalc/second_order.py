@@ -1350,8 +1350,10 @@ def _matrix_at(r, values: dict):
     except np.linalg.LinAlgError as e:
         raise DeriveError(f"--at: the {r.kind} inverts or factorises a matrix (inv, solve, det, logdet) that "
                           "is singular at these values") from None
-    except (ShapeError, ValueError) as e:
-        raise ShapeError(f"--at: {getattr(e, 'message', e)}") from None
+    except ShapeError as e:
+        raise ShapeError(f"--at: {e.message}") from None
+    except ValueError as e:  # (a value a symmetric symbol may not have: not a shape error)
+        raise DeriveError(f"--at: {e}") from None
 
 
 def run_cli(args) -> int:
