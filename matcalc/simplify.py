@@ -358,6 +358,7 @@ def _open_brackets(flat, shape):
             outside.append(_key_of(core))
     closed = _opened_sum(opened + [t for t, *_ in maybe], inside, outside + [_key_of(m[2]) for m in maybe],
                          flat, shape)
+
     def meets(i, core, keys):  # a part's like in another term (an equal term is collected anyway)
         own = _key_of(core)
         elsewhere = set(inside) | {k for k in outside if k != own} | {
@@ -653,7 +654,8 @@ def _common_factors(items, split) -> list:
 
 def _factor(items, total, shape):
     """Pull out what every term shares: a common Hadamard factor, a common left or
-    right matrix factor, or a common numeric coefficient."""
+    right matrix factor, or a common numeric coefficient; or a large factor some of the terms
+    share, where the sum gets shorter."""
     if total == 0.0:
         # a factor of quotients' numerators too where it is large (step(z) of a hinge, written once);
         # a small one (dx of dx/√u − dx·x²/√u³, log(x)² beside x**eta) stays where the quotients meet
