@@ -65,8 +65,11 @@ class Derivation:
     def lam_symbol(self) -> str:
         """The objective's name in text: λ, or ℓ where a symbol is itself named λ or lambda
         (∂λ/∂w = 2*(lambda*w + …) read as the objective's own name; in LaTeX both are
-        \\lambda, see objective_tex)."""
-        return "ℓ" if {"λ", "lambda"} & self._question_names else "λ"
+        \\lambda, see objective_tex), or L where ℓ is a symbol too."""
+        names = self._question_names
+        if not {"λ", "lambda"} & names:
+            return "λ"
+        return next((c for c in ("ℓ", "L", "f") if c not in names), "λ")  # (ℓ a symbol too: L)
 
     @property
     def _lam_tex(self) -> str:

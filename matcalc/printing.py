@@ -411,7 +411,10 @@ def objective_tex(names) -> str:
     """The LaTeX of the objective: λ, or ℓ where a symbol or dimension of the question
     typesets as λ itself (a ridge penalty named lambda): ∂λ/∂w beside a λ w term would read
     as one quantity."""
-    return "\\ell" if any(tex_name(n) == "\\lambda" for n in names) else "\\lambda"
+    texs = {tex_name(n) for n in names}
+    if "\\lambda" not in texs:
+        return "\\lambda"
+    return "\\ell" if not {"\\ell", "\\text{ℓ}"} & texs else "\\mathcal{L}"  # (ℓ a symbol too)
 
 
 def dim_names(user_shapes: dict) -> set:

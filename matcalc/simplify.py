@@ -607,37 +607,11 @@ def _without_minus(e: Expr):
     return None
 
 
-def _term_factors(core: Expr):
-    """(core's factors, None), or for a quotient a⊘d (its numerator's factors, d): a common
-    factor of a⊘d and b⊘e comes out of both numerators."""
-    if core.op == "div":
-        return factors(core.args[0]), core.args[1]
-    return factors(core), None
-
-
-_GROUPING: set = set()  # the factors _factor is grouping terms by, further up the call stack
-
-
-def _shared_factor(items):
-    """(f, the items with the factor f) for a factor (not a number, no leaf: 4 nodes at least)
-    that two or more terms but not all share, the one most share (then the largest); else None."""
-    count: dict = {}
-    for core, _ in items:
-        for f in set(factors(core)):
-            if f.op != "const" and f.shape in (core.shape, SCALAR) and ir.tree_size(f) >= 4 and f not in _GROUPING:
-                count[f] = count.get(f, 0) + 1
-    best = max((f for f, k in count.items() if 1 < k < len(items)), default=None,
-               key=lambda f: (count[f], ir.tree_size(f)))
-    if best is None:
-        return None
-    return best, [(core, c) for core, c in items if best in factors(core) and len(factors(core)) > 1]
-
-
-def _common_factors(items, split) -> list:
-    """The factors (not numbers) every term's core has, split(core)[0] its factors."""
+def _common_factors(items) -> list:
+    """The factors (not numbers) every term's core has."""
     common = None
     for core, _ in items:
-        fs = [f for f in split(core)[0] if f.op != "const"]
+        fs = [f for f in factors(core) if f.op != "const"]
         if common is None:
             common = fs
         else:
@@ -654,40 +628,17 @@ def _common_factors(items, split) -> list:
 
 def _factor(items, total, shape):
     """Pull out what every term shares: a common Hadamard factor, a common left or
-    right matrix factor, or a common numeric coefficient; or a large factor some of the terms
-    share, where the sum gets shorter."""
+    right matrix factor, or a common numeric coefficient."""
     if total == 0.0:
-        # a factor of quotients' numerators too where it is large (step(z) of a hinge, written once);
-        # a small one (dx of dx/√u − dx·x²/√u³, log(x)² beside x**eta) stays where the quotients meet
-        common = _common_factors(items, _term_factors)
-        if not common or all(core.op != "div" for core, _ in items) or sum(map(ir.tree_size, common)) < 8:
-            common = _common_factors(items, lambda core: (factors(core), None))
+        common = _common_factors(items)
         if common and len(items) > 1:
             inner = []
             for core, c in items:
-                fs, den = _term_factors(core) if any(f not in factors(core) for f in common) else (factors(core), None)
+                fs = factors(core)
                 for f in common:
                     fs.remove(f)
-                rest = s_mul(*fs) if fs else const(1.0)
-                inner.append(scale(c, rest if den is None else s_div(rest, den)))
-            return s_mul(*common, s_add(*inner))
-        shared = _shared_factor(items)
-        if shared is not None:  # a large factor of some terms: f∘a − f∘b + c = f∘(a − b) + c
-            f, group = shared
-            inner = []
-            for core, c in group:
-                fs = factors(core)
-                fs.remove(f)
                 inner.append(scale(c, s_mul(*fs) if fs else const(1.0)))
-            _GROUPING.add(f)  # (a sum inside that meets f again leaves it: no regrouping without end)
-            try:
-                grouped = s_mul(f, s_add(*inner))
-                if grouped.op != "add":
-                    out = s_add(grouped, *[scale(c, core) for core, c in items if (core, c) not in group])
-                    if ir.tree_size(out) < sum(ir.tree_size(core) + (c != 1.0) for core, c in items):
-                        return out  # (only where shorter: the terms of a Hessian can get longer so)
-            finally:
-                _GROUPING.discard(f)
+            return s_mul(*common, s_add(*inner))
         for side in (0, 1):
             if len(items) > 1 and all(core.op == "matmul" for core, _ in items):
                 first = items[0][0].args[side]

@@ -61,6 +61,8 @@ def test_the_objective_is_l_in_text_where_a_symbol_is_named_lambda():
     assert str(d).startswith("∂ℓ/∂w = ") and d.derivation_lines()[0].startswith("ℓ = ")
     assert str(matcalc.derive("lambda*w:w", "w")).startswith("∂ℓ/∂w = ")
     assert str(matcalc.derive("lam*w:w", "w", shapes={"lam": ()})).startswith("∂λ/∂w = ")
+    d = matcalc.derive("ℓ*w:w + lambda*sum(w)", "w", shapes={"ℓ": ()})  # ℓ taken too: L
+    assert str(d).startswith("∂L/∂w = ") and "\\mathcal{L}" in d._repr_markdown_()
 
 
 def test_unicode_dimension_names():
