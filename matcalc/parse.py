@@ -219,7 +219,8 @@ def _build(kind: str, kids: list, source: str) -> Node:
         return Node("kwarg", (kids[2],), s, e, str(kids[0]))
     if kind == "call":
         name, args = str(kids[0]), _keywords(kids[2].children, source)
-        if len(args) == 2 and (name in ("maximum", "minimum") or name in ("max", "min") and _number(args[0]) is not None):
+        if len(args) == 2 and (name in ("maximum", "minimum")
+                               or name in ("max", "min") and _number(args[0]) is not None):  # max(0, z): the hinge
             return _extremum(name in ("maximum", "max"), *args, s, e)
         return Node("call", args, s, e, name)
     if kind in ("add", "sub"):
@@ -373,9 +374,11 @@ SPELLED = {"solve": "write inv(A)@B: matcalc computes it as a solve", "log_softm
                    "(NumPy's np.min(X, 0) is a smallest entry along an axis, which matcalc has not)",
             "pow": "write x**k", "power": "write x**k",
             "inner": "write x.T@y or x:y", "matmul": "write A@B", "var": "write mean((x - mean(x))**2)",
-            "σ": "write sigmoid(z)", "cross_entropy": "write -y:log(softmax(z))", **dict.fromkeys(("clip", "clamp"), "write minimum(maximum(x, lo), hi); relu(x) clips at 0"),
-            "relu6": "write minimum(relu(z), 6)", "hardtanh": "write maximum(minimum(z, 1), -1)", "eye": "the identity is I, eye or eye(n): I takes its size from "
-            "what it meets (I + X@X.T, W@I), eye(n) has n rows and columns", "identity": "the identity is I, sized by what it meets",
+            "σ": "write sigmoid(z)", "cross_entropy": "write -y:log(softmax(z))",
+            **dict.fromkeys(("clip", "clamp"), "write minimum(maximum(x, lo), hi); relu(x) clips at 0"),
+            "relu6": "write minimum(relu(z), 6)", "hardtanh": "write maximum(minimum(z, 1), -1)",
+            "eye": "the identity is I, eye or eye(n): I takes its size from what it meets (I + X@X.T, W@I), eye(n) "
+                   "has n rows and columns", "identity": "the identity is I, sized by what it meets",
             "zeros": "write 0 (beside +, - or : it takes the other side's shape), or 0*ones(rows, cols)",
             "expm": "matcalc has no matrix exponential; exp(X) is entry by entry",
             "logm": "matcalc has no matrix logarithm; log(X) is entry by entry (logdet(X) = tr(logm(X)))",

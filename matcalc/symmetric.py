@@ -75,7 +75,7 @@ def symmetrize(G: Expr, names) -> Expr:
         raw = opened = G
     if is_symmetric(opened, names):
         return opened
-    if is_symmetric(raw, names):  # Hᵀ S⁻¹(I - vvᵀS⁻¹) H, whose terms multiplied out are (simplify collects them again)
+    if is_symmetric(raw, names):  # Hᵀ S⁻¹(I - vvᵀS⁻¹) H, symmetric multiplied out (simplify collects it again)
         return G
     if G.op == "add":  # the symmetric terms as they are: S⁻¹ + (A + Aᵀ)/2, not (Aᵀ + S⁻¹ + (Aᵀ + S⁻¹)ᵀ)/2
         kept = [t for t in G.args if is_symmetric(t, names)]
