@@ -295,21 +295,28 @@ def _numeric(v) -> bool:
 
 def evaluate_at(d, values: dict):
     """The gradient of ``d`` at ``values`` (name -> number or nested list) as an array."""
-    import numpy as np
-
-    from .errors import DeriveError, ShapeError
+    from .errors import DeriveError
 
     params = list(d.function.params)
     missing = [p for p in params if p not in values]
     if missing:
         raise DeriveError(f"--at gives no value for {', '.join(missing)} (the gradient of {d.wrt} needs "
                           f"{', '.join(params)})")
+    return value_at(lambda: d.function(**{k: values[k] for k in params}), f"the gradient of {d.expr}")
+
+
+def value_at(compute, what: str):
+    """compute() as a float array, its failures as --at's refusals (``what``: what computes)."""
+    import numpy as np
+
+    from .errors import DeriveError, ShapeError
+
     try:
         with np.errstate(all="ignore"):
-            return np.asarray(d.function(**{k: values[k] for k in params}), dtype=float)
-    except np.linalg.LinAlgError as e:  # (a ValueError too)
-        raise DeriveError(f"--at: the gradient of {d.expr} inverts or factorises a matrix (inv, solve, "
-                          "det, logdet) that is singular at these values") from None
+            return np.asarray(compute(), dtype=float)
+    except np.linalg.LinAlgError:  # (a ValueError too)
+        raise DeriveError(f"--at: {what} inverts or factorises a matrix (inv, solve, det, logdet) that is "
+                          "singular at these values") from None
     except ShapeError as e:
         raise ShapeError(f"--at: {e.message}") from None
     except ValueError as e:  # (a value a symmetric symbol may not have: not a shape error)

@@ -576,11 +576,11 @@ class _LinearMap:
                               f"without forming it") from None
         return np.asarray(out, dtype=float)
 
-    def _by_name(self, key, args, first=None, call="hvp(V"):
+    def _by_name(self, key, args, first=None, method="hvp", name="V"):
         """A TypeError where the values were given by position (beside the direction), or the
-        direction was not (``first``: _MISSING; ``call``: the method and the direction's name)."""
+        direction ``name`` of ``method`` was not (``first``: _MISSING)."""
         if first is _MISSING:
-            raise TypeError(f"{call[:call.index('(')]} takes {call[-1]} first, by position: .{call}, **values) "
+            raise TypeError(f"{method} takes {name} first, by position: .{method}({name}, **values) "
                             f"(a keyword names a symbol)")
         if args:
             from .function import by_name
@@ -696,13 +696,13 @@ class Jacobian(_LinearMap):
 
     def jvp(self, V=_MISSING, /, *args, **values):
         """J[V]: dF along the tangent V (W's shape); the result has F's shape."""
-        self._by_name("product", args, V, "jvp(V")
+        self._by_name("product", args, V, "jvp")
         out = self._apply("product", V, values, self.shape, self.out_shape, "the tangent V")
         return self.orientation.apply(out, values)
 
     def vjp(self, G=_MISSING, /, *args, **values):
         """Jᵀ[G]: the cotangent G (F's shape) pulled back to W's shape; equals ∂(G:F)/∂W."""
-        self._by_name("vjp", args, G, "vjp(G")
+        self._by_name("vjp", args, G, "vjp", "G")
         return self._apply("vjp", G, values, self.out_shape, self.shape, "the cotangent G",
                            values.get(self.wrt))
 
@@ -1327,14 +1327,11 @@ def json_object(r, report=None, key=None, notes=(), backend: str = "numpy", seve
 
 def _matrix_at(r, values: dict):
     """The dense matrix of ``r`` at ``values`` (name -> number or nested list), for --at."""
-    import numpy as np
-
-    from .errors import DeriveError, ShapeError
+    from .cli import value_at
+    from .errors import DeriveError, not_symbols
 
     unknown = [k for k in values if k not in r._params]
     if unknown:
-        from .errors import not_symbols
-
         wrts = [w for w in (r.wrt if isinstance(r.wrt, (list, tuple)) else [r.wrt]) if w in r._params]
         defined = [w for w in wrts if w not in r.expr]  # (a definition's name: the text need not have it)
         raise DeriveError(not_symbols("--at", unknown, r._params) + (
@@ -1344,16 +1341,7 @@ def _matrix_at(r, values: dict):
     if missing:
         raise DeriveError(f"--at gives no value for {', '.join(missing)} (the {r.kind} needs "
                           f"{', '.join(r._params)})")
-    try:
-        with np.errstate(all="ignore"):
-            return np.asarray(r.matrix(**values), dtype=float)
-    except np.linalg.LinAlgError as e:
-        raise DeriveError(f"--at: the {r.kind} inverts or factorises a matrix (inv, solve, det, logdet) that "
-                          "is singular at these values") from None
-    except ShapeError as e:
-        raise ShapeError(f"--at: {e.message}") from None
-    except ValueError as e:  # (a value a symmetric symbol may not have: not a shape error)
-        raise DeriveError(f"--at: {e}") from None
+    return value_at(lambda: r.matrix(**values), f"the {r.kind}")
 
 
 def run_cli(args) -> int:
