@@ -770,7 +770,8 @@ def _intermediate(typed, name):
     del definitions[name]
     user = () if value.shape == ir.SCALAR else ((r,) if c == 1 else (r, c))
     return replace(typed, expr=expr, symbols={**typed.symbols, name: y},
-                   user_shapes={**typed.user_shapes, name: user}, definitions=definitions), {y: value}
+                   user_shapes={**typed.user_shapes, name: user}, definitions=definitions,
+                   held=typed.held + (name,)), {y: value}
 
 
 

@@ -175,6 +175,7 @@ class _LinearMap:
         self.wrt = wrt
         self.symbols = typed.symbols
         self.user_shapes = typed.user_shapes
+        self._held = typed.held  # definitions taken as variables of their own
         self.shape = typed.user_shapes[wrt]
         self.dW = ir.delta(wrt, typed.symbols[wrt].shape)
         self.linear = linear                     # simplified, or None (the zero map)
@@ -1333,7 +1334,7 @@ def _matrix_at(r, values: dict):
     unknown = [k for k in values if k not in r._params]
     if unknown:
         wrts = [w for w in (r.wrt if isinstance(r.wrt, (list, tuple)) else [r.wrt]) if w in r._params]
-        defined = [w for w in wrts if w not in r.expr]  # (a definition's name: the text need not have it)
+        defined = [w for w in wrts if w in r._held]
         raise DeriveError(not_symbols("--at", unknown, r._params) + (
             f" (the {r.kind.capitalize()} in {', '.join(defined)}, a definition, takes its value: --at {defined[0]}=...)"
             if defined else ""))

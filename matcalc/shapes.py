@@ -177,6 +177,7 @@ class Typed:
     unused: list = field(default_factory=list)  # symbols only in definitions the expression does not use
     spread: dict = field(default_factory=dict)  # name -> (note on NumPy's broadcast, start, end): column_note
     sizes: tuple = ()             # names read as the sizes their declared dimensions have (typecheck's sizes)
+    held: tuple = ()              # defined names made symbols of their own, their inputs held fixed
 
 
 # names that usually stand for a number (a step size, a tolerance), vectors by their spelling:

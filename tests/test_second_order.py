@@ -916,6 +916,13 @@ def test_values_at_for_the_inputs_of_a_definition_say_the_hessian_takes_the_defi
              "--at", "W=[[1,0],[0,1],[1,1]]", "--at", "x=[0.5,-1]")
     assert r.returncode == 2 and "W, x, which are not symbols" in r.stderr
     assert "the Hessian in z, a definition, takes its value: --at z=..." in r.stderr
+    # a symbol whose name holds the definition's (zeta beside z) does not hide it
+    r = _cli("hessian", "zeta*l*l", "--wrt", "z", "--let", "z=W@x", "--let", "l=logsumexp(z)", "--shape", "W=3,2",
+             "--at", "W=[[1,0],[0,1],[1,1]]", "--at", "x=[0.5,-1]", "--at", "zeta=2")
+    assert r.returncode == 2 and "the Hessian in z, a definition, takes its value: --at z=..." in r.stderr
+    # a wrt that is a symbol of the text gets no such hint
+    r = _cli("hessian", "sum(exp(z))", "--wrt", "z", "--at", "q=1", "--at", "z=[1,2]")
+    assert r.returncode == 2 and "a definition" not in r.stderr
 
 
 def test_attention_with_one_key_declared_by_name_has_zero_query_gradient():
