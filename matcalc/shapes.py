@@ -967,6 +967,14 @@ class _Typer:
         if one is not operand:
             self.shape[id(one)] = (shape[1], shape[0])
 
+    def ones_times_number_note(self, n, other):
+        """1@mu.T of a name that is a number by its spelling (mu: Greek) is that number, never
+        the outer product a vector would make: say so and how to make it a vector."""
+        c = self.spelled_kind(0, other.children[0] if other.kind == "T" else other)
+        if c is not None and c.value not in self.greek_noted:
+            self.greek_noted.add(c.value)
+            self.note(n, f"{self.text(n)} is the number {c.value}, not an outer product{self.default_scalar_hint(c)}")
+
     def scaled_ones_path(self, node):
         """The nodes from node down to a literal 1 or 1ᵀ that node is, or a number times (2*1.T,
         -1.T, alpha*1/n): the ones an @ sizes, as it does a bare one; else None."""
@@ -995,6 +1003,8 @@ class _Typer:
             self.quotient_note(n)
         path_a, path_b = self.scaled_ones_path(a) or [a], self.scaled_ones_path(b) or [b]
         one_a, one_b = self.ones_operand(path_a[-1]), self.ones_operand(path_b[-1])
+        if (one_a is None) != (one_b is None) and self.is_scalar(sa) and self.is_scalar(sb):
+            self.ones_times_number_note(n, b if one_a is not None else a)
         if one_a is not None and not self.is_scalar(sb):
             if one_a is path_a[-1] and self.find(sb[0]) == 1:
                 sa = (self.fresh(), 1)  # 1@r of a row r: a column of ones, r on every row
