@@ -49,6 +49,7 @@ class Derivation:
         self.symbols = typed.symbols
         self._source_expr = typed.expr  # as written (before stabilize: log(det(X)) needs det > 0)
         self._spread = tuple(typed.spread)  # undeclared vectors spread over a matrix's columns (X@W + b)
+        self._numbers = dict(typed.numbers)  # undeclared names that are numbers by their spelling: why
         self.shape = typed.user_shapes[wrt]
         self._user_names = user_names   # node -> name, from definitions=
         self._dims = dim_sources(typed.symbols)  # dimension -> (symbol, axis), for size(x, 0)
@@ -298,7 +299,7 @@ class Derivation:
         shapes = {k: self.user_shapes[k] for k in self._params}
         f = GradientFunction(self.numpy_source, fname, params, shapes, self.shape)
         f.wrt = self.wrt if self.wrt in shapes else None
-        f.spread, f.symmetric = self._spread, self.symmetric
+        f.spread, f.symmetric, f.numbers = self._spread, self.symmetric, self._numbers
         return f
 
     @cached_property
@@ -554,6 +555,12 @@ def _scalar_hint(expr, typed, shapes, definitions, syntax, symmetric, wrt=()) ->
         return "; X@1 is the row sums of X, and a column's own entries: for a vector's sum write sum(x) or x.T@1"
     if "e" not in shapes and re.search(r"(?<![\w.])e\s*(\^|\*\*)", expr):
         return "; e is a symbol here: for the exponential write exp(...)"
+    if syntax == "matlab":  # sum(X)*x: MATLAB's column sums meant, where the MATLAB syntax sums every entry
+        for text, call in _column_sums(expr):
+            if left[0] > 0 and _scalar_text(text, shapes, definitions, syntax, symmetric):
+                return (f"; {call} of a matrix is over every entry here, as on matrixcalculus.org: MATLAB's "
+                        f"{call}, the row of its columns' {call.split('(')[0]}s, is {call[:-1]}, 1)")
+            left[0] -= 1
     spelled = [n for n in typed.symbols if n not in shapes and n not in wrt and default_kind(n) == 1]
     hint = first(({name: ()}, f"; {name} is a vector by the spelling of its name: declared a number "
                               f"(shapes={{'{name}': ()}}, --shape {name}=scalar), it makes λ a scalar")
@@ -581,7 +588,7 @@ def _scalar_hint(expr, typed, shapes, definitions, syntax, symmetric, wrt=()) ->
             if numbers and len(numbers) <= len(dims) and scalar_with({**shapes, **declared}):
                 return (f"; in the MATLAB syntax a–g are numbers, as on matrixcalculus.org: declare "
                         f"{', '.join(numbers)} {'a vector' if len(numbers) == 1 else 'vectors'} "
-                        f"({', '.join(f'--shape {n}={d[0]}' for n, d in declared.items())}; "
+                        f"({' '.join(f'--shape {n}={d[0]}' for n, d in declared.items())}; "
                         f"shapes={{{', '.join(f'{n!r}: {d!r}' for n, d in declared.items())}}}) to make λ a scalar")
     at = _at_for_star(expr, lambda text: _scalar_text(text, shapes, definitions, syntax, symmetric), left) \
         if syntax == "matcalc" and ("'" not in expr or "@" in expr) else None
@@ -590,10 +597,31 @@ def _scalar_hint(expr, typed, shapes, definitions, syntax, symmetric, wrt=()) ->
     if syntax == "matcalc" and ("*" in expr or "'" in expr) and scalar_with(shapes, "matlab"):
         return ("; * is the entrywise product here: write @ for the matrix product, or read the "
                 "question in MATLAB syntax (--syntax matlab, syntax='matlab')")
-    return first(({name: ()}, f"; {name} is a matrix by the spelling of its name (upper case): declared a number "
+    hint = first(({name: ()}, f"; {name} is a matrix by the spelling of its name (upper case): declared a number "
                               f"(shapes={{'{name}': ()}}, --shape {name}=scalar), it makes λ a scalar")
                  for name in [n for n in typed.symbols if n not in shapes and n not in wrt and default_kind(n) == 2][:6]
-                 ) or ""  # (sum(x)/N, -T*logsumexp(-e/T): a number named in upper case)
+                 )  # (sum(x)/N, -T*logsumexp(-e/T): a number named in upper case)
+    if hint is None:  # n/2*log(s2) + ...(2*s2), wrt s2: a count and the wrt, both numbers
+        ws = [w for w in typed.symbols if w in wrt and w not in shapes and default_kind(w) == 1]
+        hint = first(({a: (), w: ()}, f"; {a} and {w} are vectors by the spelling of their names: declared numbers "
+                                      f"(shapes={{'{a}': (), '{w}': ()}}, --shape {a}=scalar --shape {w}=scalar), "
+                                      f"they make λ a scalar")
+                     for w in ws for a in spelled[:8])
+    return hint or ""
+
+
+def _column_sums(expr: str):
+    """(expr with one sum(A) or mean(A) as sum(A, 1), the call as written) for each such call
+    with one argument: MATLAB's sums down the columns."""
+    for m in re.finditer(r"(?<![\w.])(sum|mean)\s*\(", expr):
+        depth, i = 1, m.end()
+        while i < len(expr) and depth:
+            depth += {"(": 1, ")": -1}.get(expr[i], 0)
+            if depth == 1 and expr[i] == ",":
+                break
+            i += 1
+        if depth == 0:  # (i is past the closing bracket)
+            yield expr[:i - 1] + ", 1" + expr[i - 1:], expr[m.start():i]
 
 
 HINT_TRIES = 160  # typings of a refused question that a hint may try (about 1-2 ms each)
@@ -803,6 +831,7 @@ class ValueAndGrad:
         self.function = GradientFunction(self.numpy_source, "value_and_grad", params, self.user_shapes)
         self.function.grads_like = tuple(n for n in names if n in self.user_shapes)
         self.function.spread, self.function.symmetric = first._spread, first.symmetric
+        self.function.numbers = first._numbers
         self._emit_args = (outputs, doc, returns)
 
     def source(self, backend: str = "numpy") -> str:

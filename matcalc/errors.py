@@ -1,6 +1,8 @@
 """Refusals. Every one names what is wrong and where, with a caret under the column."""
 from __future__ import annotations
 
+import re
+
 
 class MatcalcError(Exception):
     """Base class of every refusal. ``str(err)`` is the message the CLI prints."""
@@ -119,6 +121,18 @@ def not_in_expression(wrt: str, names) -> DeriveError:
     if len(several) > 1 and all(w in names for w in several):  # "X,W": one wrt per name
         hint = (f" (for several, give each its own: --wrt {' --wrt '.join(several)}, or "
                 f"wrt={several!r})")
+    glued = [n for n in names if len(n) > len(wrt) and n[:1].isupper() and (n.endswith(wrt) or n.startswith(wrt))
+             and wrt[:1].isupper() and sum(ch.isupper() for ch in n) >= 2]
+    if glued:  # tr(AX): one name, where the product A@X was meant
+        n = glued[0]
+        a, b = (n[:-len(wrt)], wrt) if n.endswith(wrt) else (wrt, n[len(wrt):])
+        hint = f" ({n} is one name; the product of {a} and {b} is {a}@{b})"
+    transposed = re.fullmatch(r"(\w+)\s*(\.T|'|ᵀ)", wrt)
+    if transposed and transposed.group(1) in names:  # --wrt X.T
+        hint = f" (the gradient in {wrt} is that in {transposed.group(1)}, transposed: --wrt {transposed.group(1)})"
+    elif re.search(r"[@*/+\-()]", wrt):  # --wrt "A@X": a sub-expression, which a definition names
+        hint = (f" (to differentiate in a sub-expression, name it and write the name in its place: --let "
+                f"Z='{wrt}' --wrt Z, or definitions={{'Z': '{wrt}'}}, wrt='Z')")
     import unicodedata
 
     plain = unicodedata.normalize("NFKC", wrt)

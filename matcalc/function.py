@@ -242,6 +242,7 @@ class GradientFunction:
         return f"<matcalc function {self.name}({', '.join(self.params)})>"
 
     spread = ()  # vectors the expression spreads over a matrix's columns (X@W + b): named in shape errors
+    numbers = {}  # undeclared names that are numbers by their spelling -> why (said where given an array)
     symmetric = ()  # matrices declared symmetric (symmetric=): their values are checked to be
 
     def _check_symmetric(self, out: dict) -> None:
@@ -299,7 +300,10 @@ class GradientFunction:
                 raise
             if len(shape) == 0:
                 if arr.size != 1:
-                    raise ShapeError(f"{name} is a scalar, got an array of shape {arr.shape}")
+                    why = self.numbers.get(name)
+                    raise ShapeError(f"{name} is a scalar, got an array of shape {arr.shape}" + (
+                        f" ({name} is a number {why}; to make it a vector declare it: shapes={{'{name}': ('n',)}}, "
+                        f"--shape {name}=n)" if why else ""))
                 out[self.params[name]] = float(arr.reshape(()))
                 continue
             if len(shape) == 1 and arr.ndim == 2 and 1 in arr.shape:

@@ -141,8 +141,7 @@ def parse(source: str, syntax: str = "matcalc") -> Node:
         elif source[pos] in "'\"" and _character_hint(source, pos, source[pos]):  # norm(X, 'fro'): no strings
             msg += _character_hint(source, pos, source[pos])
         elif tok.type in ("NAME", "NUMBER", "LPAR"):
-            msg += (" (an operator is missing: write products with *, ∘ or @)" if syntax != "matlab" else
-                    " (an operator is missing: write products with * (matrix) or .* (entry by entry))")
+            msg += _missing_operator_hint(source, pos, str(tok), syntax)
         raise ParseError(msg, source, pos, pos + max(1, len(str(tok)))) from None
     except lark.exceptions.UnexpectedInput as e:  # pragma: no cover - other lark failures
         pos = getattr(e, "pos_in_stream", 0) or 0
@@ -150,6 +149,20 @@ def parse(source: str, syntax: str = "matcalc") -> Node:
     ast = _convert(tree, source, syntax)
     _check_depth(ast, source)
     return ast
+
+
+def _missing_operator_hint(source: str, pos: int, tok: str, syntax: str) -> str:
+    """Two operands side by side: log det(X) is logdet(X); else the products, the matrix product
+    first where a matrix meets a matrix (tr(A X B) is A@X@B, not A*X*B)."""
+    before = re.search(r"(\w+)\s*$", source[:pos])
+    word = before.group(1) if before else ""
+    if word == "log" and tok == "det":
+        return " (log det X is logdet(X))"
+    if syntax == "matlab":
+        return " (an operator is missing: write products with * (matrix) or .* (entry by entry))"
+    if word[:1].isupper() and tok[:1].isupper():  # A X: two matrices by their names
+        return f" (an operator is missing: {word}@{tok} is the matrix product, {word}*{tok} the entrywise one)"
+    return " (an operator is missing: write @ for a matrix product, * or ∘ for an entrywise one)"
 
 
 def _check_depth(ast: Node, source: str) -> None:
@@ -299,7 +312,9 @@ _DOT_OPS = {"*": "MATLAB's entrywise product: in matcalc, * is already entrywise
             "/": "MATLAB's entrywise division: in matcalc write /",
             "^": "MATLAB's entrywise power: in matcalc write ** (or ^)"}
 _LATEX = {"top", "intercal", "operatorname", "mathrm", "mathbf", "frac", "left", "right", "cdot", "times", "circ",
-          "odot", "sqrt", "log", "exp", "det", "tr", "sum", "Vert", "lVert", "rVert", "|", "{", "text", "mathsf"}
+          "odot", "sqrt", "log", "exp", "det", "tr", "sum", "Vert", "lVert", "rVert", "|", "{", "text", "mathsf",
+          "otimes", "oslash", "ln", "partial", "nabla", "mathbb", "boldsymbol", "bm", "hat", "bar", "tilde", "quad",
+          "cdots", "ldots", "big", "Big"}
 
 
 def _character_hint(source: str, pos: int, ch: str) -> str:
@@ -331,12 +346,15 @@ def _character_hint(source: str, pos: int, ch: str) -> str:
         return (" (matcalc has no comparisons: step(z) is 1 where z > 0 and 0 elsewhere, so where(z > 0, a, b) is "
                 "step(z)*a + (1 - step(z))*b; maximum(z, 0) is relu(z))")
     command = re.match(r"\\([A-Za-z]+|[|{])", source[pos:])
+    if ch == "\\" and command and command.group(1) == "otimes":
+        return " (A \\otimes B, the Kronecker product, is kron(A, B); LaTeX is not read)"
     if ch == "\\" and command and (command.group(1) in _LATEX or len(command.group(1)) > 1 and not (
             before and (before[-1].isalnum() or before[-1] in ")'_"))):  # \operatorname{tr}, x^\top; not A\b
         return (" (LaTeX is not read: write tr(X) for \\operatorname{tr}, x.T for x^\\top, norm2(x) for \\|x\\|, "
                 "inv(X) for X^{-1}, @ for a product)")
     if ch in "|‖":
-        return " (‖x‖ is norm2(x), ‖x‖² is norm2(x)**2 or x:x, |x| entrywise is abs(x), log|X| is logdet(X))"
+        return (" (‖x‖ is norm2(x), ‖x‖² is norm2(x)**2 or x:x, ‖x‖₁ is norm1(x), |x| entrywise is abs(x), "
+                "log|X| is logdet(X))")
     if ch in _SUPERSCRIPTS:
         return " (write powers with **: x**2 entrywise, inv(X) for X⁻¹, X.T for Xᵀ)"
     return _SYMBOL_HINTS.get(ch, "")
@@ -422,6 +440,10 @@ SPELLED = {"solve": "write inv(A)@B: matcalc computes it as a solve", "log_softm
             "softsign": "write x/(1 + abs(x))", "logit": "write log(p/(1 - p))", "mish": "write x*tanh(softplus(x))",
             "quad_form": "quad_form(x, P) is x.T@P@x", "log_det": "write logdet(X)",
             "svd": "matcalc has no singular value decomposition",
+            "pinv": "matcalc has no pseudo-inverse; for X of full column rank it is inv(X.T@X)@X.T",
+            **dict.fromkeys(("normpdf", "norm_pdf", "phi"), "the normal density φ(z) is exp(-z**2/2)/sqrt(2*pi)"),
+            "huber": "Huber's loss of r with threshold c is 0.5*minimum(abs(r), c)**2 + c*relu(abs(r) - c)",
+            "diagonal": "write diag(X), X's diagonal as a vector",
             "inverse": "write inv(A)", "mm": "write A@B", "bmm": "write A@B",
             **{name: f"write {name.lower()}(...), in lower case" for name in ("ReLU", "Sigmoid", "Tanh", "Softplus",
                                                                              "Softmax", "Exp", "Log", "GELU", "SiLU")}}
@@ -443,27 +465,57 @@ def _dot_hint(source: str, pos: int) -> str:
     while k < len(source) and (source[k].isalnum() or source[k] == "_"):
         k += 1
     if source[j:pos] in _MODULES:
-        chain = re.match(r"[\w.]*", source[j:]).group(0)  # np.linalg.det: the last part is the function
-        prefix, _, name = chain.rpartition(".")
-        spelled = _MODULE_NAMES.get(name)
-        if name == "pi":
-            return f" (write pi without the {prefix}. prefix)"
-        if name in ("max", "min", "amax", "amin") and not _two_arguments(source, k):  # np.max(x): a reduction
-            return f" ({chain}: {SPELLED['amax']})"
-        if not spelled and name and not _known_function(name):  # np.where: not matcalc's either
-            how = SPELLED.get(name)
-            return f" ({chain}: {how})" if how else f" ({chain} has no matcalc counterpart)"
-        if spelled and not spelled[0].isalpha():
-            return f" (write {spelled} for {chain}, without the {prefix}. prefix)"
-        return f" (write {spelled or name or 'the function'}(...) without the {prefix}. prefix)"
+        # every module's call in the text, each once: np.exp(x)*np.linalg.inv(X) in one step
+        calls = [(m.group(0), m.end()) for m in re.finditer(rf"(?<![\w.])(?:{'|'.join(_MODULES)})\.[\w.]*", source)]
+        first = next(i for i, (_, end) in enumerate(calls) if end >= k)
+        hints, seen = [], set()
+        for chain, end in calls[first:] + calls[:first]:
+            if chain not in seen:
+                seen.add(chain)
+                hints.append(_module_hint(chain, source, end))
+        return f" ({'; '.join(hints)})"
     if nxt == "(" and j < pos:  # Julia's broadcast f.(x)
         return (f" ({source[j:pos]}.(...) is Julia's broadcast; here functions act entry by entry already: "
                 f"write {source[j:pos]}(...))")
     method = _METHODS.get(source[pos + 1:k])
+    while j > 1 and source[j - 1] == "." and (source[j - 2].isalnum() or source[j - 2] == "_"):  # X.T.dot
+        j -= 1
+        while j > 0 and (source[j - 1].isalnum() or source[j - 1] == "_"):
+            j -= 1
     if method and (j < pos or source[:pos].rstrip().endswith(")")):
         return (f" ({(source[j:k] if j < pos else '(...).' + source[pos + 1:k])} is a method (NumPy's or torch's); "
                 f"matcalc has functions: {method})")
     return ""
+
+
+def _module_hint(chain: str, source: str, k: int) -> str:
+    """How matcalc writes a module's function (chain: np.linalg.det, ending at k in source)."""
+    prefix, _, name = chain.rpartition(".")
+    spelled = _MODULE_NAMES.get(name)
+    if name == "pi":
+        return f"write pi without the {prefix}. prefix"
+    if name in ("max", "min", "amax", "amin") and not _two_arguments(source, k):  # np.max(x): a reduction
+        return f"{chain}: {SPELLED['amax']}"
+    if name in _MODULE_SPELLED:
+        return f"{chain}: {_MODULE_SPELLED[name]}"
+    if not spelled and name and not _known_function(name):  # np.where: not matcalc's either
+        how = SPELLED.get(name)
+        return f"{chain}: {how}" if how else f"{chain} has no matcalc counterpart"
+    if spelled and not spelled[0].isalpha():
+        return f"write {spelled} for {chain}, without the {prefix}. prefix"
+    return f"write {spelled or name or 'the function'}(...) without the {prefix}. prefix"
+
+
+# a module's functions whose matcalc spelling takes more than dropping the prefix
+_MODULE_SPELLED = {
+    "diag": "of a vector v (the diagonal matrix) write Diag(v), of a matrix X (its diagonal) diag(X)",
+    "diagonal": "write diag(X), X's diagonal as a vector", "diag_embed": "write Diag(v)",
+    "slogdet": "np.linalg.slogdet(X)[1] is logdet(X) (log|det X|, as slogdet's second value, is logdet of a "
+               "matrix with a positive determinant)",
+    "outer": "outer(x, y) is x@y.T",
+    "norm": "norm(x) and norm(X, 'fro') are norm2 (Euclidean, Frobenius), norm(x, 1) of a vector norm1(x)",
+    **{name: SPELLED[name] for name in ("pinv", "normpdf")},
+}
 
 
 def _two_arguments(source: str, k: int) -> bool:
@@ -496,4 +548,7 @@ _METHODS = {"dot": "x.dot(y) is x.T@y (or x:y), A.dot(B) is A@B", "t": "the tran
             **dict.fromkeys(("flatten", "ravel", "reshape", "view"), "vec(X) stacks X's columns"),
             "shape": "size(X, 0) is X's number of rows, size(X, 1) of columns",
             **dict.fromkeys(("norm",), "write norm2(x)"), "abs": "write abs(x)", "sqrt": "write sqrt(x)",
-            "square": "write x**2", "tanh": "write tanh(x)", "sigmoid": "write sigmoid(x)"}
+            "square": "write x**2", "tanh": "write tanh(x)", "sigmoid": "write sigmoid(x)",
+            "mul": "A.mul(B) is A*B, entry by entry", "inverse": "write inv(A)", "det": "write det(A)",
+            "logdet": "write logdet(A)", "diag": "write diag(X) for its diagonal, Diag(v) for a diagonal matrix",
+            "diagonal": "write diag(X)"}

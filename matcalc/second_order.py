@@ -176,6 +176,7 @@ class _LinearMap:
         self.symbols = typed.symbols
         self.user_shapes = typed.user_shapes
         self._held = typed.held  # definitions taken as variables of their own
+        self._numbers = typed.numbers  # undeclared names that are numbers by their spelling: why
         self.shape = typed.user_shapes[wrt]
         self.dW = ir.delta(wrt, typed.symbols[wrt].shape)
         self.linear = linear                     # simplified, or None (the zero map)
@@ -522,7 +523,7 @@ class _LinearMap:
 
         gf = GradientFunction(self.numpy_source, self._fnames["dense"], sanitize(self._params),
                               self.user_shapes, fixed_forms=self._fixed_forms)
-        gf.symmetric = self.symmetric
+        gf.symmetric, gf.numbers = self.symmetric, self._numbers
         return gf
 
     def _fn(self, key):
@@ -731,7 +732,7 @@ class Jacobian(_LinearMap):
 
         gf = GradientFunction(self.numpy_source, "value", sanitize(self._params), self.user_shapes,
                               out_shape=self.orientation.shape, fixed_forms=self._fixed_forms)
-        gf.given_like = self.orientation.unit
+        gf.given_like, gf.numbers = self.orientation.unit, self._numbers
         return gf
 
     @cached_property
@@ -901,7 +902,7 @@ class Hessian(_LinearMap):
                               sanitize(self._params), self.user_shapes, self.derivation.shape,
                               fixed_forms=self._fixed_forms)
         gf.wrt = self.wrt_i if self.wrt_i in self.user_shapes else None  # (a column in: a column out)
-        gf.symmetric = self.symmetric
+        gf.symmetric, gf.numbers = self.symmetric, self._numbers
         return gf
 
     @property

@@ -178,6 +178,7 @@ class Typed:
     spread: dict = field(default_factory=dict)  # name -> (note on NumPy's broadcast, start, end): column_note
     sizes: tuple = ()             # names read as the sizes their declared dimensions have (typecheck's sizes)
     held: tuple = ()              # defined names made symbols of their own, their inputs held fixed
+    numbers: dict = field(default_factory=dict)  # undeclared name -> why it is a number (its Greek name)
 
 
 # names that usually stand for a number (a step size, a tolerance), vectors by their spelling:
@@ -889,7 +890,8 @@ class _Typer:
                    f"pairs a 1-D {b} with every row ({b}[j] with column j): for that write {b}.T")
         if not self.spread:  # (one note: a GRU's three gates would make three)
             self.note(n, message + f"; declared (shapes={{'{b}': ('n',)}}, --shape {b}=n), {b} stays a column "
-                                   "without this note, as do other vectors spread so here")
+                                   f"without this note, as do other vectors spread so here; for a number declare "
+                                   f"{b} one: shapes={{'{b}': ()}}, --shape {b}=scalar")
         self.spread[b] = (message, c.start, c.end)
 
     def expand(self, node: Node, e: ir.Expr) -> ir.Expr:
@@ -1066,7 +1068,7 @@ class _Typer:
         name = ALIASES.get(n.value, n.value)
         op = _USER.get(name)
         if op is None:
-            close = difflib.get_close_matches(name, sorted(FUNCTIONS), n=1)
+            close = [name.lower()] if name.lower() in FUNCTIONS else difflib.get_close_matches(name, sorted(FUNCTIONS), n=1)
             spelled = self.spelled.get(name)
             if name in ("max", "min") and len(n.children) == 1:  # max(x): a reduction, not relu
                 spelled = _SPELLED["amax"]
@@ -1489,5 +1491,7 @@ def typecheck(ast: Node, source: str, declared: dict | None = None,
 
     for k in apart:
         del syms[k], user_shapes[k]
+    numbers = {k: t.why_number(k) for k in syms if k not in t.declared and k not in built and k not in t.sized
+               and k not in IDENTITY_NAMES and user_shapes[k] == () and t.kind_of(k) == 0}
     return Typed(expr, syms, user_shapes, source, built, list(t.notes), with_symbol, apart, dict(t.spread),
-                 tuple(t.sized))
+                 tuple(t.sized), numbers=numbers)

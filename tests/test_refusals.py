@@ -217,7 +217,7 @@ def test_cli_help_and_version():
     ("softmax(X@W, temperature=2):C", "W", ["temperature= is a keyword argument matcalc does not take",
                                             "sum(X, axis=0)"]),
     ("np.linalg.det(X)", "X", ["write det(...) without the np.linalg. prefix"]),
-    ("np.linalg.norm(A@x-b)**2", "x", ["write norm2(...)"]),
+    ("np.linalg.norm(A@x-b)**2", "x", ["norm(x) and norm(X, 'fro') are norm2"]),
     ("sum(max(W@x, 0))", "W", ["max(0, z) is relu(z)", "maximum(x, y)"]),
     ("sum(where(W@x > 0, W@x, 0))", "W", ["no comparisons", "step(z)*a + (1 - step(z))*b"]),
     ("sum(clip(W@x, 0, 6))", "W", ["minimum(maximum(x, lo), hi)"]),
