@@ -543,6 +543,6 @@ def _gradient_check_at(sizes, value_function, gradient, wrt, user_shapes, symbol
     if used == 0:
         why = (UNMEASURABLE if unmeasurable else SINGULAR if singular
                else "λ was not finite on any random draw; say where to draw its inputs: "
-               "d.check(domain={...}) in Python")
+               "d.check(domain={...}) in Python, --domain NAME=KIND on the command line")
         return CheckReport(False, float("inf"), tol, sizes, domains, 0, 0, why)
     return CheckReport(worst <= tol, worst, tol, sizes, domains, total, used, note)

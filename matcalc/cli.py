@@ -58,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--backend", default="numpy", metavar="numpy|torch|jax",
                    help="the framework of --code (default numpy; torch and jax use only their own ops)")
     d.add_argument("--check", action="store_true", help="check against finite differences (exit 1 if it fails)")
+    d.add_argument("--domain", action="append", default=[], metavar="NAME=KIND", help=DOMAIN_HELP)
     d.add_argument("--exact", action="store_true",
                    help="verify the gradient entry by entry with SymPy at small sizes (exit 1 if it fails; "
                         f"2 if SymPy has not decided in {EXACT_SECONDS} s)")
@@ -116,6 +117,24 @@ def parse_lets(items) -> dict:
                               f"{expr.strip()}")
         out[name.strip()] = expr
     return out
+
+
+def parse_domains(items) -> dict | None:
+    """--domain NAME=KIND (the check's draws of NAME: positive, spd, small, ...), as check(domain=)."""
+    from .check import DOMAINS
+    from .errors import DeriveError
+
+    out = {}
+    for item in items:
+        name, sep, kind = (part.strip() for part in item.partition("="))
+        if not sep or not name or not kind:
+            raise DeriveError(f"--domain takes NAME=KIND (like b=positive), got {item!r}; the kinds are "
+                              f"{', '.join(DOMAINS)}")
+        out[name] = kind
+    return out or None
+
+
+DOMAIN_HELP = "where --check draws NAME's values: positive, small, spd, invertible, unit_simplex, ... (b=positive)"
 
 
 def check_backend_args(args) -> None:
@@ -398,8 +417,9 @@ def run(argv=None) -> int:
     out = []
     for w, d in results.items():
         try:
-            report = d.check() if args.check else None
-            exact = _within(EXACT_SECONDS, lambda: d.check(exact=True)) if args.exact else None
+            domain = parse_domains(args.domain)
+            report = d.check(domain=domain) if args.check else None
+            exact = _within(EXACT_SECONDS, lambda: d.check(exact=True, domain=domain)) if args.exact else None
         except MatcalcError as e:  # arrays too large for memory, an operation SymPy has no form for
             print(f"matcalc: the check cannot be made: {e}", file=sys.stderr)
             return EXIT_REFUSED

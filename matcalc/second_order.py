@@ -1022,7 +1022,7 @@ def _check_at(m: _LinearMap, seed, tol, draws, domain, sizes):
     if used == 0:
         return CheckReport(False, float("inf"), tol, sizes, domains, 0, 0, UNMEASURABLE_MAP if unmeasurable else
                            "the function was not finite on any random draw; say where to draw its "
-                           "inputs: .check(domain={...})")
+                           "inputs: .check(domain={...}), --domain NAME=KIND")
     return CheckReport(worst <= tol, worst, tol, sizes, domains, total, used, note)
 
 
@@ -1252,6 +1252,8 @@ __all__ = ["jacobian", "hessian", "Jacobian", "Hessian"]
 
 def add_cli_parsers(sub) -> None:
     """``matcalc hessian`` and ``matcalc jacobian``, with the options of ``derive`` and --kron."""
+    from .cli import DOMAIN_HELP
+
     for name, what, example in [
             ("hessian", "the Hessian of a scalar expression: d²λ = dW : H[dW]",
              'matcalc hessian "norm2(X@W - Y)**2" --wrt W --kron'),
@@ -1279,6 +1281,7 @@ def add_cli_parsers(sub) -> None:
                        help="the framework of --code and of --json's <backend>_source (default numpy)")
         p.add_argument("--check", action="store_true",
                        help="check against finite differences (exit 1 if it fails)")
+        p.add_argument("--domain", action="append", default=[], metavar="NAME=KIND", help=DOMAIN_HELP)
         p.add_argument("--at", action="append", default=[], metavar="NAME=VALUE",
                        help="the dense matrix at numbers: a number, a nested list or a file (.npy, .csv, .txt) "
                             "per symbol, e.g. --at x=[1,2] --at A=[[1,0],[0,1]] --at X=X.npy")
@@ -1350,7 +1353,7 @@ def run_cli(args) -> int:
     import sys
 
     from .cli import (EXIT_OK, EXIT_REFUSED, Source, check_backend_args, check_status, dumps, joined, parse_at,
-                      parse_lets, parse_shapes)
+                      parse_domains, parse_lets, parse_shapes)
     from .errors import MatcalcError
 
     try:
@@ -1375,7 +1378,7 @@ def run_cli(args) -> int:
     out = []
     for key, r in results.items():
         try:
-            report = r.check() if args.check else None
+            report = r.check(domain=parse_domains(args.domain)) if args.check else None
         except MatcalcError as e:  # arrays too large for memory
             print(f"matcalc: the check cannot be made: {e}", file=sys.stderr)
             return EXIT_REFUSED

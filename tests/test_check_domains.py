@@ -353,3 +353,23 @@ def test_a_longer_steps_truncation_and_aliasing_count_from_the_start():
     d = matcalc.derive("1e10 + 5e-4*sin(628.318*alpha) + alpha", "alpha")
     d.__dict__["_check_function"] = lambda **kw: 1.0  # (the sine's derivative left out)
     assert not d.check().ok
+
+
+def test_the_cli_takes_the_domains_the_check_needs():
+    # a log barrier is not finite on normal draws: --domain says where to draw, as check(domain=)
+    def cli(*argv):
+        return subprocess.run([sys.executable, "-m", "matcalc", *argv], capture_output=True, text=True)
+
+    barrier = ["-sum(log(b - A@x))", "--wrt", "x", "--check"]
+    where = ["--domain", "b=positive", "--domain", "x=small", "--domain", "A=small"]
+    for command in ("derive", "hessian"):
+        r = cli(command, *barrier)
+        assert r.returncode == 2 and "--domain NAME=KIND" in r.stdout + r.stderr
+        r = cli(command, *barrier, *where)
+        assert r.returncode == 0 and "check ok" in r.stdout
+    r = cli("jacobian", "log(b - A@x)", "--wrt", "x", "--check", *where)
+    assert r.returncode == 0 and "check ok" in r.stdout
+    r = cli("derive", "sum(log(x))", "--wrt", "x", "--check", "--domain", "x=postive")
+    assert r.returncode == 2 and "unknown domain 'postive' for x" in r.stderr
+    r = cli("derive", "sum(log(x))", "--wrt", "x", "--check", "--domain", "x")
+    assert r.returncode == 2 and "--domain takes NAME=KIND" in r.stderr
