@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from . import ir
 from .ir import SCALAR, Expr, const
 from .ops import REGISTRY
-from .simplify import settle, simplify
+from .simplify import opened_quotients, settle, simplify
 from .steplog import Step  # noqa: F401  (the step type, for callers of pullback)
 
 
@@ -172,7 +172,7 @@ def pullback_events(dlam: Expr | None, dW: Expr | None, record: bool = True, nam
     G = cot.get(dW, const(0.0, dW.shape))
     if G.shape != dW.shape:  # a scalar coefficient of an array variable: broadcast it
         G = ir.mul(G, const(1.0, dW.shape))
-    G = settle(G)
+    G = opened_quotients(settle(G))
     if record:
         final = term(G, dW)
         if final is not current:

@@ -83,6 +83,23 @@ def settle(e: Expr, rounds: int = 3) -> Expr:
     return out
 
 
+_OPENING = [False]  # products are opened over the quotients they cancel (settle's last pass only)
+
+
+def opened_quotients(e: Expr) -> Expr:
+    """A last pass over a settled gradient e that opens products over sums whose quotients they cancel
+    (_opened_over_quotient), taken if the whole is shorter: inside the rules, the opened form
+    met by other rules can keep like terms apart elsewhere, and get longer."""
+    if not any(n.op == "div" for n in ir.walk(e)):
+        return e
+    _OPENING[0] = True
+    try:
+        again = simplify_pass(e)
+    finally:
+        _OPENING[0] = False
+    return again if ir.tree_size(again) < ir.tree_size(e) else e
+
+
 def simplify_pass(e: Expr) -> Expr:
     """Every node's rules run once more over e, bottom-up, with a memo of this pass's own."""
     memo: dict = {}
@@ -760,6 +777,10 @@ def s_mul(*fs: Expr) -> Expr:
     for i, f in enumerate(rest):  # c∘(−a − b) = −c∘(a + b): a sum of negative terms only, its sign outside
         if f.op == "add" and all(split_coeff(t)[0] < 0 for t in f.args):
             c, rest[i] = -c, s_add(*[scale(-1.0, t) for t in f.args])
+    if _OPENING[0] and not denominators and c != 0.0:
+        opened = _opened_over_quotient(c, rest, shape)
+        if opened is not None:  # (1 − y⊘(t∘u))∘t∘u = t∘u − y
+            return opened
     if denominators and c != 0.0:  # x∘y⊘x = y, 4x⊘(4y) = x⊘y, x⊘x³ = 1⊘x²
         c, rest, denominators = _cancel_quotient(c, rest, denominators)
     if denominators and c != 0.0:
@@ -804,6 +825,37 @@ def s_mul(*fs: Expr) -> Expr:
     if len(out) == 1:
         return out[0]
     return Expr("mul", tuple(out), None, shape)
+
+
+def _opened_over_quotient(c: float, rest: list, shape):
+    """c times the factors rest with a sum among them multiplied out, where a term of the sum is
+    a quotient whose denominator the other factors cancel ((1 − y⊘(t∘u))∘t∘u = t∘u − y: a Poisson
+    rate's gradient), and the result is shorter; else None.  (Where they cancel only a part, the
+    form changed stops like terms elsewhere from meeting.)"""
+    for i, f in enumerate(rest):
+        if f.op != "add" or f.shape != shape:
+            continue
+        others = rest[:i] + rest[i + 1:]
+        if not any(_cancelled(t, others) for t in f.args):
+            continue
+        terms = [s_mul(const(c), t, *others) for t in f.args]
+        opened = s_add(*[_spread_number(t) or t for t in terms])  # (β∘1 + A = β + A)
+        if ir.tree_size(opened) < sum(ir.tree_size(g) for g in rest) + (c != 1.0) + 1:
+            return opened
+    return None
+
+
+def _cancelled(term: Expr, others: list) -> bool:
+    """Whether term is (a number times) a quotient whose denominator's factors are all among others."""
+    core = split_coeff(term)[1]
+    if core is None or core.op != "div":
+        return False
+    left = list(others)
+    for d in factors(core.args[1]):
+        if d not in left:
+            return False
+        left.remove(d)
+    return True
 
 
 # ------------------------------------------------------------------ matmul

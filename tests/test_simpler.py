@@ -1080,3 +1080,15 @@ def test_a_negated_diagonal_matrix_takes_its_sign_outside(expr, wrt, shapes, wan
     rng = np.random.default_rng(7)
     vals = {k: (0.3 if not v else rng.standard_normal(tuple({"n": 5, "k": 3}[s] for s in v))) for k, v in shapes.items()}
     np.testing.assert_allclose(d.function(**vals), numpy_grad(**vals), rtol=1e-12)
+
+
+def test_a_product_is_opened_over_a_quotient_it_cancels():
+    # Poisson regression with exposure t: the rate t∘exp(Xb) cancels y's quotient, X.T@(t*exp(X@b) - y)
+    rng = np.random.default_rng(31)
+    X, b = rng.standard_normal((5, 3)) / 2, rng.standard_normal(3) / 2
+    t, y = rng.uniform(0.5, 2.0, 5), rng.poisson(2.0, 5).astype(float)
+    d = matcalc.derive("sum(t*exp(X@b) - y*log(t*exp(X@b)))", wrt="b", shapes={"X": ("n", "d")})
+    assert d.text == "X.T@(t*exp(X@b) - y)"
+    lam = lambda b: np.sum(t * np.exp(X @ b) - y * np.log(t * np.exp(X @ b)))  # noqa: E731
+    fd = np.array([(lam(b + h) - lam(b - h)) / 2e-6 for h in 1e-6 * np.eye(3)])
+    np.testing.assert_allclose(d.function(X=X, b=b, t=t, y=y), fd, rtol=1e-6)
