@@ -129,37 +129,62 @@ def _scaled_chain(e: Expr):
     return c, out
 
 
-@functools.lru_cache(maxsize=1 << 16)
-def _canon(e: Expr, names: frozenset, transpose: bool = False):
+def _canon(e: Expr, names: frozenset, transpose: bool = False) -> int:
     """A key equal for expressions equal up to the association of matrix products and where
-    their transposes sit ((ABC)ᵀ = CᵀBᵀAᵀ, Sᵀ = S for S in ``names``)."""
+    their transposes sit ((ABC)ᵀ = CᵀBᵀAᵀ, Sᵀ = S for S in ``names``): a number, that of a key
+    whose parts are the numbers of its parts' keys (a key written out in full would repeat a
+    part used twice, doubling with every layer of a deep network's gradient)."""
+    if len(_KEYS) > _MOST_KEYS:
+        _canon_of.cache_clear()
+        _IDS.clear()
+        _KEYS.clear()
+    return _canon_of(e, names, transpose)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _canon_of(e: Expr, names: frozenset, transpose: bool = False) -> int:
     if e.shape == ir.SCALAR:
         transpose = False
     op = e.op
     if op == "T":
-        return _canon(e.args[0], names, not transpose)
+        return _canon_of(e.args[0], names, not transpose)
     if op in ("eye", "const") or (op == "sym" and e.attr in names):
-        return (op, e.attr, e.shape if not transpose else e.shape[::-1])
+        return _key(op, e.attr, e.shape if not transpose else e.shape[::-1])
     if op == "matmul":
         c, factors = _scaled_chain(e)
         if transpose:
             factors.reverse()
         fs = []
         for f in factors:
-            k = _canon(f, names, transpose)
-            fs.extend(k[1] if k[0] == "matmul" else (k,))
-        fs = [k for k in fs if k[0] != "eye"] or fs[:1]  # (AIB = AB)
-        return ("matmul", tuple(fs)) if c == 1.0 else ("mul", None, (("const", c, ir.SCALAR), ("matmul", tuple(fs))))
+            k = _canon_of(f, names, transpose)
+            fs.extend(_KEYS[k][1] if _KEYS[k][0] == "matmul" else (k,))
+        fs = [k for k in fs if _KEYS[k][0] != "eye"] or fs[:1]  # (AIB = AB)
+        chain = _key("matmul", tuple(fs))
+        return chain if c == 1.0 else _key("mul", None, tuple(sorted((_key("const", c, ir.SCALAR), chain))))
     if op == "mul" and any(a.op == "eye" for a in e.args):  # I∘X is diagonal: its own transpose
         transpose = False
     if op in ("add", "mul"):  # commutative: the order of the terms does not matter
-        return (op, e.attr, tuple(sorted((_canon(a, names, transpose) for a in e.args), key=repr)))
+        return _key(op, e.attr, tuple(sorted(_canon_of(a, names, transpose) for a in e.args)))
     if op in ("div", "inv", "pow", "matrix_power") or _elementwise(op):  # (Xᵏ)ᵀ = (Xᵀ)ᵏ
-        return (op, e.attr, tuple(_canon(a, names, transpose) for a in e.args))
+        return _key(op, e.attr, tuple(_canon_of(a, names, transpose) for a in e.args))
     if op == "Diag":
-        return (op, _canon(e.args[0], names))
-    key = (op, e.attr, e.shape, tuple(_canon(a, names) for a in e.args))
-    return ("T", key) if transpose else key
+        return _key(op, _canon_of(e.args[0], names))
+    key = _key(op, e.attr, e.shape, tuple(_canon_of(a, names) for a in e.args))
+    return _key("T", key) if transpose else key
+
+
+def _key(*key) -> int:
+    """The number of a key (its parts numbers or plain values), the same for equal keys."""
+    i = _IDS.get(key)
+    if i is None:
+        i = _IDS[key] = len(_KEYS)
+        _KEYS.append(key)
+    return i
+
+
+_IDS: dict = {}   # key -> its number
+_KEYS: list = []  # number -> key
+_MOST_KEYS = 1 << 20  # then the numbers start again (with _canon_of's memo)
 
 
 __all__ = ["NOTE", "is_symmetric", "symmetric_form", "use_symmetry", "symmetrize"]

@@ -278,3 +278,19 @@ def test_a_gradient_symmetric_once_its_products_are_multiplied_out_is_not_symmet
     Si, v = np.linalg.inv(H @ P @ H.T + R), y - H @ x
     np.testing.assert_allclose(d.function(P=P, H=H, R=R, y=y, x=x), 0.5 * H.T @ (Si - Si @ np.outer(v, v) @ Si) @ H,
                                rtol=1e-10)
+
+
+def test_the_symmetry_key_of_a_deep_shared_expression_grows_with_its_nodes_not_its_paths():
+    # each layer uses the one below twice: 2**24 paths, 3 nodes a layer (a transformer's residual
+    # stream, used by attention and by the next layer, made the derivation take minutes)
+    from matcalc import ir
+    from matcalc.symmetric import _KEYS, symmetric_form
+
+    X = ir.sym("X", ("n", "n"))
+    e = X
+    for _ in range(24):
+        e = ir.add(ir.matmul(e, ir.T(e)), e)
+    before = len(_KEYS)
+    assert not symmetric_form(e)
+    assert symmetric_form(ir.matmul(e, ir.T(e)))
+    assert len(_KEYS) - before < 400
