@@ -59,7 +59,7 @@ def factor_base(n: Expr) -> tuple:
 # np.<ufunc>(x, out=x) on a fresh matrix
 IN_PLACE = tuple(op.name for op in REGISTRY.values() if op.in_place)
 ARITH = ("add", "mul", "div")  # np.add(t, b, out=t) when t is a new matrix read nowhere else
-FRESH_OPS = ("matmul", "add", "mul", "div", "pow") + IN_PLACE  # their code makes a new array
+FRESH_OPS = ("matmul", "chain", "add", "mul", "div", "pow") + IN_PLACE  # their code makes a new array
 
 # (the modules the emitted code of any backend names: a variable called torch would hide torch)
 RESERVED = set(keyword.kwlist) | set(keyword.softkwlist) | set(dir(builtins)) | {

@@ -1076,5 +1076,17 @@ _structural("solve", nargs=2, numpy="np.linalg.solve({0}, {1})",
             cost=lambda n, size: size(n.args[0].shape[0]) ** 3 / 3
             + size(n.args[0].shape[0]) ** 2 * size(n.args[1].shape[1]),
             torch="torch.linalg.solve({0}, {1})", jax="jnp.linalg.solve({0}, {1})")
+# A@B@C… in the order that costs least for the shapes of a call: written by the optimiser for a chain
+# whose best order depends on sizes it does not know (multi_dot: a vector may end it on either side)
+def _np_chain(em, n, a):
+    em.helpers.add("_chain")
+    return f"_chain({', '.join(a)})"
+
+
+_structural("chain", nargs=3, numpy=_np_chain,
+            cost=lambda n, size: sum(size(n.args[0].shape[0]) * size(f.shape[0]) * size(f.shape[1])
+                                     for f in n.args[1:]),
+            torch=lambda em, n, a: f"torch.linalg.multi_dot([{', '.join(a)}])",
+            jax=lambda em, n, a: f"jnp.linalg.multi_dot([{', '.join(a)}])")
 # the root over several outputs, so that one walk sees their shared nodes once
 _structural("outputs", nargs=0)

@@ -62,10 +62,10 @@ def _chain(e: Expr, uses: dict, scalars: list) -> list:
     return [e]
 
 
-def _mm_cost(a_shape, b_shape, a: Expr | None = None, b: Expr | None = None) -> float:
+def _mm_cost(a_shape, b_shape, a: Expr | None = None, b: Expr | None = None, sz=size) -> float:
     if (a is not None and a.op == "Diag") or (b is not None and b.op == "Diag"):
-        return size(a_shape[0]) * size(b_shape[1])
-    return size(a_shape[0]) * size(a_shape[1]) * size(b_shape[1])
+        return sz(a_shape[0]) * sz(b_shape[1])
+    return sz(a_shape[0]) * sz(a_shape[1]) * sz(b_shape[1])
 
 
 MAX_DP = 24  # longer chains are ordered greedily (the DP is cubic in the length)
@@ -83,6 +83,12 @@ def order_chain(fs: list) -> Expr:
             k = min(range(len(fs) - 1), key=lambda i: _mm_cost(fs[i].shape, fs[i + 1].shape, fs[i], fs[i + 1]))
             fs[k:k + 2] = [ir.matmul(fs[k], fs[k + 1])]
         return fs[0]
+    return _dp(fs, size)[1]
+
+
+def _dp(fs: list, sz) -> tuple:
+    """(cost, the product) of the cheapest order of the chain fs, its dimensions' sizes sz(d)."""
+    n = len(fs)
     best = {(i, i): (0.0, fs[i]) for i in range(n)}
     for length in range(2, n + 1):
         for i in range(n - length + 1):
@@ -91,11 +97,37 @@ def order_chain(fs: list) -> Expr:
             for k in range(i, j):
                 cl, el = best[(i, k)]
                 cr, er = best[(k + 1, j)]
-                c = cl + cr + _mm_cost(el.shape, er.shape, el, er)
+                c = cl + cr + _mm_cost(el.shape, er.shape, el, er, sz)
                 if cand is None or c < cand[0]:
                     cand = (c, (el, er))
             best[(i, j)] = (cand[0], ir.matmul(*cand[1]))
-    return best[(0, n - 1)][1]
+    return best[(0, n - 1)]
+
+
+SMALL, LARGE = N // 32, N * 32  # a dimension far below and far above the others
+
+
+def _order_depends_on_sizes(fs: list) -> bool:
+    """Whether the cheapest order of the chain fs changes with the sizes of its symbolic
+    dimensions (one of them far smaller or far larger than the rest: H@E@W of a one-hot H,
+    an embedding E and a projection W is (HE)W for a large vocabulary, H(EW) for a small one):
+    then the emitted code orders it for the shapes it is called with.  Only for chains of
+    matrices (a vector at either end) without a Diag, I or ones factor, which every backend's
+    multi_dot takes."""
+    n = len(fs)
+    if n < 3 or any(f.op in ("Diag", "eye", "const") for f in fs):
+        return False
+    if any(f.shape[0] == 1 for f in fs[1:]) or any(f.shape[1] == 1 for f in fs[:-1]):
+        return False  # (a vector inside: an outer product)
+    dims = {d for f in fs for d in f.shape if not isinstance(d, int)}
+    if len(dims) < 2 or len(dims) > 8:
+        return False
+    first = _dp(fs, size)[1]
+    for d in sorted(dims, key=str):
+        for value in (SMALL, LARGE):
+            if _dp(fs, lambda x, d=d, v=value: x if isinstance(x, int) else v if x == d else N)[1] != first:
+                return True
+    return False
 
 
 def _apply_scalars(e: Expr, scalars: list) -> Expr:
@@ -717,5 +749,27 @@ def _elementwise_before_broadcast(outputs: list) -> list:
 
 
 # the rewrites ``optimize`` runs, in order: each takes and returns the list of outputs
+def ordered_when_called(outputs: list) -> list:
+    """Each matrix chain (its products used once, inside it) whose cheapest order depends on
+    the sizes of its symbolic dimensions as a chain node: the emitted code orders it for the
+    shapes of each call (_order_depends_on_sizes).  The last pass: the others read products."""
+    uses = _use_counts([_root(outputs)])
+    inner = {a for n in _dag(outputs) if n.op == "matmul" for a in n.args
+             if a.op == "matmul" and uses.get(a, 0) <= 1}
+
+    def factors(e: Expr) -> list:
+        return [g for a in e.args for g in (factors(a) if a in inner else [a])]
+
+    memo: dict = {}
+    for n in _dag(outputs):
+        args = tuple(memo[a] for a in n.args)
+        memo[n] = n if args == n.args else Expr(n.op, args, n.attr, n.shape)
+        if n.op == "matmul" and n not in inner:
+            fs = factors(n)
+            if _order_depends_on_sizes(fs):
+                memo[n] = Expr("chain", tuple(memo[f] for f in fs), None, n.shape)
+    return [memo[o] for o in outputs]
+
+
 PASSES = (stable_forms, order_products, _diagonal_of_products, rows_as_columns, _share_products, _sigmoid_from_softplus,
-          _reuse_sums, _expm1_log1p, _split_sums, _elementwise_before_broadcast)
+          _reuse_sums, _expm1_log1p, _split_sums, _elementwise_before_broadcast, ordered_when_called)

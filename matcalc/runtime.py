@@ -105,6 +105,21 @@ def _gelu(z):
     return 0.5 * z * erfc(z * -0.7071067811865476)
 
 
+# helper: _chain
+def _chain(*fs):
+    # the matrix product of fs in the order that costs least for their shapes (1-D ends: a row
+    # first, a column last), as np.linalg.multi_dot orders it; three factors inline (half its call)
+    if len(fs) != 3:
+        return np.linalg.multi_dot(fs)
+    a, b, c = fs
+    p = a.shape[0] if a.ndim == 2 else 1
+    q, r = b.shape
+    s = c.shape[1] if c.ndim == 2 else 1
+    if p * q * r + p * r * s <= q * r * s + p * q * s:
+        return a.dot(b).dot(c)
+    return a.dot(b.dot(c))
+
+
 # helper: _div
 def _div(a, b):
     # a / b of Python numbers, with NumPy's result where b is 0 (inf, -inf or nan, and its warning)

@@ -97,3 +97,52 @@ def test_a_sum_of_given_matrices_times_a_vector_is_two_products():
     M = 0.7 - Q - W0
     p = 1 / (1 + np.exp(-M @ z))
     np.testing.assert_allclose(d.function(Q=Q, W0=W0, z=z, sigma=0.7), M.T @ (p * (1 - p)), rtol=1e-13)
+
+
+def _flops_of_order(shapes, left_first):
+    (p, q), (_, r), (_, s) = shapes
+    return p * q * r + p * r * s if left_first else q * r * s + p * q * s
+
+
+@pytest.mark.parametrize("V", [3, 400])
+def test_a_chain_whose_best_order_depends_on_the_sizes_is_ordered_when_called(V):
+    # an embedding H@E@W: (HE)W for a large vocabulary V, H(EW) for a small one; with symbolic
+    # shapes the emitted code orders it for the shapes of the call
+    from matcalc import runtime
+
+    rng = np.random.default_rng(V)
+    n, d, c = 5, 7, 60
+    H, E, W = np.eye(V)[rng.integers(0, V, n)], rng.standard_normal((V, d)), rng.standard_normal((d, c)) / 3
+    Y = np.eye(c)[rng.integers(0, c, n)]
+    dd = matcalc.derive("-sum(Y*log(softmax(H@E@W, 1)))", "E")
+    assert "_chain(" in dd.numpy_source
+    Z = H @ E @ W
+    P = np.exp(Z - Z.max(1, keepdims=True))
+    P /= P.sum(1, keepdims=True)
+    np.testing.assert_allclose(dd.function(Y=Y, H=H, E=E, W=W), H.T @ (P - Y) @ W.T, rtol=1e-10, atol=1e-12)
+    # the order taken is the one with fewer multiplications
+    calls = []
+
+    class Spy(np.ndarray):
+        def dot(self, other):
+            calls.append((self.shape, np.shape(other)))
+            return np.asarray(self).dot(np.asarray(other))
+
+    runtime._chain(H.view(Spy), E.view(Spy), W.view(Spy))
+    left = _flops_of_order([H.shape, E.shape, W.shape], True) <= _flops_of_order([H.shape, E.shape, W.shape], False)
+    assert calls[0] == ((n, V), (V, d)) if left else calls[0] == ((V, d), (d, c))
+    # declared sizes: the order is fixed when the code is written
+    fixed = matcalc.derive("-sum(Y*log(softmax(H@E@W, 1)))", "E", shapes={"H": (n, V), "W": (d, c)})
+    assert "_chain(" not in fixed.numpy_source
+
+
+def test_a_chain_is_ordered_when_called_only_where_its_best_order_depends_on_sizes():
+    from matcalc import ir
+    from matcalc.optimize import _order_depends_on_sizes
+
+    A, B, C = (ir.sym(k, s) for k, s in (("A", ("n", "p")), ("B", ("p", "q")), ("C", ("q", "m"))))
+    x = ir.sym("x", ("m", 1))
+    assert _order_depends_on_sizes([A, B, C])
+    assert not _order_depends_on_sizes([A, B, C, x])  # a matrix-vector chain: from the vector, always
+    S = ir.sym("S", ("n", "n"))
+    assert not _order_depends_on_sizes([S, S, S])  # one dimension: every order costs the same
