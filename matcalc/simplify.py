@@ -2028,7 +2028,7 @@ def _rounded(c: float) -> float:
 
 def stabilize(e: Expr) -> Expr:
     """Rewrite the primal where an equal form has a better derivative or better numerics:
-    log(1 + exp(z)) = softplus(z), log σ(z) = -softplus(-z), log(1 - σ(z)) = -softplus(z),
+    log(1 + exp(z)) = log1p(exp(z)) = softplus(z), log σ(z) = -softplus(-z), log(1 - σ(z)) = -softplus(z),
     log sum exp(z) = logsumexp(z), log softmax(x) = x - logsumexp(x), log det X = logdet X,
     exp(z)/(c + exp(z)) = σ(z − log c) and 1/(1 + exp(-z)) = σ(z) (c > 0), exp(z)/sum(exp(z)) = softmax(z) (along an axis
     too), log(exp(z)) = z, norm2(x)**2 = x:x,
@@ -2042,6 +2042,8 @@ def stabilize(e: Expr) -> Expr:
             better = _stable_log(new.args[0])
             if better is not None and better.shape == new.shape:
                 new = better
+        elif new.op == "log1p" and new.args[0].op == "exp":  # log1p(exp(z)) = softplus(z)
+            new = ir.func("softplus", new.args[0].args[0])
         elif new.op == "div":
             num, den = new.args
             beside = _exp_beside_number(den)

@@ -440,3 +440,13 @@ def test_a_sum_of_one_exponential_is_no_logsumexp_over_an_axis_of_length_1():
     d = matcalc.derive("sum(log(1.T@exp(Z))*u.T)", "Z", shapes={"Z": (1, "m"), "u": ("m",)})
     u = np.arange(3.0)
     np.testing.assert_allclose(d.function(Z=np.ones((1, 3)), u=u), u[None, :])
+
+
+def test_log1p_of_exp_is_softplus():
+    # log1p(exp(z)) (a NumPy spelling of softplus): exp(z)/(exp(z) + 1) and inf at z = 800 before
+    z = np.array([-800.0, -3.0, 0.0, 2.0, 800.0])
+    d = matcalc.derive("sum(log1p(exp(z)))", "z")
+    assert d.text == "sigmoid(z)"
+    np.testing.assert_allclose(d.function(z=z), 0.5 * (1 + np.tanh(z / 2)), rtol=1e-14, atol=0)
+    value, grads = matcalc.value_and_grad("sum(log1p(exp(z)))", ["z"]).function(z=z)
+    np.testing.assert_allclose(value, np.sum(np.logaddexp(0.0, z)), rtol=1e-14)
