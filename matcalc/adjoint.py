@@ -97,13 +97,15 @@ def _state(cot: dict) -> Expr:
     return ir.add(*terms) if terms else const(0.0)
 
 
-def pullback(dlam: Expr | None, dW: Expr | None, record: bool = True, names: dict | None = None):
+def pullback(dlam: Expr | None, dW: Expr | None, record: bool = True, names: dict | None = None,
+             dims: dict | None = None):
     """Returns (G, steps).  ``G`` has the shape of W.  ``names`` (node -> printed name) lets
-    the log say when a named quantity such as dz is written out (dz = dW@x)."""
+    the log say when a named quantity such as dz is written out (dz = dW@x); ``dims``
+    (printing.dim_sources) prints a dimension there as the size of a symbol, size(Q, 1)."""
     from .steplog import build_steps
 
     G, events = pullback_events(dlam, dW, record, names)
-    return G, (build_steps(events, names or {}) if record else [])
+    return G, (build_steps(events, names or {}, dims) if record else [])
 
 
 def pullback_events(dlam: Expr | None, dW: Expr | None, record: bool = True, names: dict | None = None):

@@ -708,7 +708,7 @@ def _derive_one(expr, typed, wrt, syntax="matcalc", symmetric=(), form=None) -> 
         if dn is not None and dn.op != "delta" and dn not in names:
             names[dn] = DiffName(name)
     dW = ir.delta(wrt, typed.symbols[wrt].shape)
-    G, steps = pullback(dlam, dW, names=names)
+    G, steps = pullback(dlam, dW, names=names, dims=dim_sources(typed.symbols))
     if dlam is not None:
         d_of = ir.differential_of(primal)
         steps.insert(0, Step(d_of, dlam, "differential: " + "; ".join(rules), frozenset(),

@@ -41,8 +41,8 @@ class Step:
         return f"{to_text(self.after)}    ({self.identity})"
 
 
-def build_steps(events, names: dict) -> list:
-    """Steps from the pullback's events."""
+def build_steps(events, names: dict, dims: dict | None = None) -> list:
+    """Steps from the pullback's events (``dims``: how a dimension prints, as in the result)."""
     from .printing import to_latex, to_text
 
     steps: list[Step] = []
@@ -71,8 +71,9 @@ def build_steps(events, names: dict) -> list:
             shown = {k: v for k, v in names.items() if k not in expanded and k is not node}
             expanded = expanded | {node}
             label = str(names[node])
-            add(current, cache(lambda node=node, shown=shown, label=label: f"{label} = {to_text(node, shown)}"),
-                cache(lambda node=node, shown=shown: f"{to_latex(node, {node: names[node]})} = {to_latex(node, shown)}"),
+            add(current, cache(lambda node=node, shown=shown, label=label: f"{label} = {to_text(node, shown, dims)}"),
+                cache(lambda node=node, shown=shown: f"{to_latex(node, {node: names[node]}, dims)} = "
+                                                     f"{to_latex(node, shown, dims)}"),
                 False, expanded)
             continue
         idn = ev.identity

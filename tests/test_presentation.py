@@ -363,3 +363,11 @@ def test_square_roots_of_small_numbers_print_as_roots():
     # attention's 1/sqrt(5) printed 0.4472135954999579
     d = matcalc.derive("sum(exp(x/sqrt(5)))", "x")
     assert d.text == "1/sqrt(5)*exp(1/sqrt(5)*x)" and "\\sqrt{5}" in d.latex
+
+
+def test_a_named_quantity_written_out_in_the_steps_prints_sizes_as_the_result_does():
+    # "[dz = dQ@K.T/sqrt(size(c))]": a dimension's name read as a symbol (an LSTM's cell state c)
+    d = matcalc.derive("G:(softmax(Q@K.T/sqrt(size(Q,1)), 1)@V)", "Q")
+    lines = d.derivation_lines()
+    assert any("[dz = dQ@K.T/sqrt(size(Q, 1))]" in line for line in lines), lines
+    assert not any("size(c)" in line for line in lines)
