@@ -827,11 +827,14 @@ class _Typer:
                          f"({self.show(arrays[0][1])}) entry by entry in {self.text(n)}{hint}")
         if verb == "add":  # x - mu: a Greek name is a number unless declared; say so where it broadcasts
             for c in children:
-                hint = self.default_scalar_hint(c) if c.kind == "name" and c.value not in self.greek_noted \
-                    and _stem(c.value) not in CONSTANT_NAMES and not self.is_pi(c.value) else ""
+                base = c.children[0] if c.kind == "pow" and c.children[0].kind == "name" and not any(
+                    re.search(rf"(?<![\w.]){re.escape(c.children[0].value)}(?![\w(])", self.text(o))
+                    for o in children if o is not c) else c  # (1 + logv - mu**2; not x**2 - 2*mu*x + mu**2)
+                hint = self.default_scalar_hint(base) if base.kind == "name" and base.value not in self.greek_noted \
+                    and _stem(base.value) not in CONSTANT_NAMES and not self.is_pi(base.value) else ""
                 if hint:
-                    self.greek_noted.add(c.value)
-                    self.note(c, f"{self.text(n)} adds the number {c.value} to every entry{hint}")
+                    self.greek_noted.add(base.value)
+                    self.note(c, f"{self.text(n)} adds the number {self.text(c)} to every entry{hint}")
         first_node, first = arrays[0]
         out = first
         outer = False  # a column met a row (noted as such: no note on the column's spread too)

@@ -332,6 +332,8 @@ def test_diag_of_a_declared_number_met_by_an_array_is_refused_with_the_way_to_wr
     ("sum(w@mu)", "w", "w@mu multiplies by the number mu (mu is a number by its Greek name"),
     # ones times a Greek number: that number, where a vector makes the outer product (a mean spread over rows)
     ("sum((X - 1@mu.T)**2)", "X", "1@mu.T is the number mu, not an outer product (mu is a number by its Greek name"),
+    # a Greek name's square added to arrays (a VAE's KL term in its mean): the number mu, squared
+    ("-0.5*sum(1 + logv - mu**2 - exp(logv))", "mu", "adds the number mu**2 to every entry (mu is a number"),
     # X**k in a matrix product or a trace: entrywise, where papers mean the matrix power
     ("tr(X^3)", "X", "X^3 raises every entry of X to the power 3; for the matrix power write X@X@X"),
     ("logdet(A**2)", "A", "for the matrix power write A@A"),
