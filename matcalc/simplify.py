@@ -194,6 +194,8 @@ def _s_add(terms) -> Expr:
         betas = [t if t.shape == SCALAR else _spread_number(t) for t in flat]
         if all(b is not None for b in betas) and any(t.shape != SCALAR and t.op != "const" for t in flat):
             return s_mul(_s_add(betas), const(1.0, shape))
+    if any(t.shape == shape and _spread_number(t) is None for t in flat):  # x - mu∘1 = x - mu (the sum spreads mu)
+        flat = [b if t.op == "mul" and t.shape != SCALAR and (b := _spread_number(t)) is not None else t for t in flat]
     total = 0.0
     coeffs: dict = {}
     shown: dict = {}  # a term's like-key -> the form it was first written in

@@ -1092,3 +1092,11 @@ def test_a_product_is_opened_over_a_quotient_it_cancels():
     lam = lambda b: np.sum(t * np.exp(X @ b) - y * np.log(t * np.exp(X @ b)))  # noqa: E731
     fd = np.array([(lam(b + h) - lam(b - h)) / 2e-6 for h in 1e-6 * np.eye(3)])
     np.testing.assert_allclose(d.function(X=X, b=b, t=t, y=y), fd, rtol=1e-6)
+
+
+def test_a_number_spread_over_a_sum_with_an_array_in_it_is_written_alone():
+    # the expanded square's gradient: 2*(x - mu), was 2*(x - mu*1); mu is a number (Greek)
+    d = matcalc.derive("sum(x**2 - 2*mu*x + mu**2)", "x")
+    assert d.text == "2*(x - mu)"
+    x = np.array([0.5, -1.0, 2.0])
+    np.testing.assert_allclose(d.function(x=x, mu=0.3), 2 * (x - 0.3), rtol=1e-15)
