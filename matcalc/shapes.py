@@ -653,6 +653,12 @@ class _Typer:
         shape = self.declared[mask.value]  # (a declared row or column: spread over the other, as meant)
         return other.kind == "add" or len(shape) == 1 or 1 in shape
 
+    def _mask_on_product(self, mask, other) -> bool:
+        """A name met nowhere else times a matrix product (a dropout mask M*(X@W), one-hot
+        labels Y*(X@W)): its shape is the product's, entry by entry, as such masks are written."""
+        return mask.kind == "name" and other.kind == "mul" and other.value == "@" and len(
+            re.findall(rf"(?<![\w.]){re.escape(mask.value)}(?![\w])", self.source)) == 1
+
     def hadamard(self, n, kid):
         """a * b: entry by entry.  Where the two are a matrix and a matrix (or vector) whose
         shapes only agree because this product makes them agree, and a@b would type-check
@@ -662,7 +668,8 @@ class _Typer:
         suspicious = (spelled == "*" and not self.is_scalar(sa) and not self.is_scalar(sb)
                       and (self.is_matrix(sa) or self.is_matrix(sb)) and self._could_matmul(sa, sb)
                       and not (self._entrywise_value(a) or self._entrywise_value(b)))
-        noting = suspicious and not self._declared_mask(a, b) and not self._declared_mask(b, a)
+        noting = suspicious and not any(self._declared_mask(m, o) or self._mask_on_product(m, o)
+                                        for m, o in ((a, b), (b, a)))
         before, said = dict(self.parent), len(self.notes)
         try:
             out = self.broadcast(n, n.children, kid, "multiply")

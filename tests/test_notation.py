@@ -260,6 +260,10 @@ def test_a_declared_mask_or_an_entrywise_power_is_no_suspicious_hadamard_factor(
         matcalc.derive("sum(W*(x@1.T - 1@x.T)**2)", "x", shapes={"W": ("n", "n")})
     with pytest.warns(NotationWarning, match="for a matrix product write X@W"):  # two plain names keep it
         matcalc.derive("sum(X*W)", "W", shapes={"X": ("n", "m")})
+    with warnings.catch_warnings():  # an undeclared mask or one-hot labels on a layer's product
+        warnings.simplefilter("error", NotationWarning)
+        matcalc.derive("G:(M*(X@W))", "W")
+        matcalc.derive("sum(relu(1 - Y*(X@W)))", "W")
 
 
 def test_every_pair_of_a_vector_s_entries_is_meant_entrywise():
