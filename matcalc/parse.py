@@ -326,6 +326,9 @@ def _character_hint(source: str, pos: int, ch: str) -> str:
         return " (X(:), every entry of X in one column, is vec(X); matcalc has no indexing)"
     if ch == ":":  # (only the MATLAB syntax has no ':')
         return " (: is matcalc's Frobenius product; in the MATLAB syntax write trace(A'*B) or sum(sum(A.*B)))"
+    if ch in "\"'" and re.search(r"approximate\s*=\s*$", before):  # torch's gelu(x, approximate='tanh')
+        return (" (gelu is the exact GELU, x*Φ(x); torch's approximate='tanh' is "
+                "0.5*x*(1 + tanh(sqrt(2/pi)*(x + 0.044715*x**3))))")
     if ch in "\"'" and re.match(r"['\"]\w*['\"]", source[pos:]):
         return " (matcalc takes no strings: norm(X, 'fro') is norm2(X), sum(X, 'all') is sum(X))"
     if ch == "[":

@@ -4,6 +4,7 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import matcalc
@@ -217,6 +218,19 @@ def test_cli_help_and_version():
     ("softmax(X@W, temperature=2):C", "W", ["temperature= is a keyword argument matcalc does not take",
                                             "sum(X, axis=0)"]),
     ("np.linalg.det(X)", "X", ["write det(...) without the np.linalg. prefix"]),
+    # every module call of the text in one message, each with its matcalc spelling
+    ("a@np.diag(x)@torch.diagonal(X)", "x", ["np.diag: of a vector v (the diagonal matrix) write Diag(v)",
+                                            "torch.diagonal: write diag(X)"]),
+    ("np.linalg.slogdet(X)[1]", "X", ["np.linalg.slogdet(X)[1] is logdet(X)"]),
+    ("sum(normpdf(y - X@b))", "b", ["exp(-z**2/2)/sqrt(2*pi)"]),
+    ("sum(huber(r))", "r", ["0.5*minimum(abs(r), c)**2 + c*relu(abs(r) - c)"]),
+    ("pinv(X)", "X", ["no pseudo-inverse", "inv(X.T@X)@X.T"]),
+    ("G:gelu(X@W, approximate='tanh')", "W", ["0.5*x*(1 + tanh(sqrt(2/pi)*(x + 0.044715*x**3)))"]),
+    ("tr(X \\otimes X)", "X", ["kron(A, B)"]),
+    ("tr(A X B)", "X", ["A@X is the matrix product"]),
+    ("log det(X)", "X", ["logdet(X)"]),
+    ("X.inverse()", "X", ["X.inverse is a method", "inv(A)"]),
+    ("TR(X)", "X", ["did you mean tr?"]),
     ("np.linalg.norm(A@x-b)**2", "x", ["norm(x) and norm(X, 'fro') are norm2"]),
     ("sum(max(W@x, 0))", "W", ["max(0, z) is relu(z)", "maximum(x, y)"]),
     ("sum(where(W@x > 0, W@x, 0))", "W", ["no comparisons", "step(z)*a + (1 - step(z))*b"]),
@@ -461,3 +475,28 @@ def test_a_product_of_dimensions_with_an_empty_factor_is_checked_without_dividin
     sizes.take("a", 0, "x", (0,), ("a",))
     sizes.take("a*b", 0, "y", (0,), ("a*b",))
     sizes.check_products()  # 0 entries: as many as a = 0 makes
+
+
+@pytest.mark.parametrize("expr, wrt, kw, words", [
+    ("tr(AX)", "X", {}, "AX is one name; the product of A and X is A@X"),
+    ("sum(A@X)", "A@X", {}, "--let Z='A@X' --wrt Z"),
+    ("sum(A@X)", "X.T", {}, "the gradient in X.T is that in X, transposed: --wrt X"),
+    # MATLAB's sum(X) of a matrix: its column sums, the total in that syntax
+    ("sum(X)*x", "X", {"syntax": "matlab"}, "MATLAB's sum(X), the row of its columns' sums, is sum(X, 1)"),
+    # a count and the variable, both vectors by their names' spelling
+    ("n/2*log(s2) + norm2(y - X@b)**2/(2*s2)", "s2", {}, "--shape n=scalar --shape s2=scalar"),
+])
+def test_refusals_name_the_way_the_question_was_probably_meant(expr, wrt, kw, words):
+    with pytest.raises(MatcalcError) as e:
+        matcalc.derive(expr, wrt, **kw)
+    assert words in str(e.value), str(e.value)
+
+
+def test_a_number_by_its_spelling_given_an_array_says_how_to_declare_it_a_vector():
+    d = matcalc.derive("(x - mu).T@P@(x - mu)", "x")
+    with pytest.raises(ShapeError, match=re.escape("mu is a number by its Greek name; to make it a vector declare "
+                                                   "it: shapes={'mu': ('n',)}, --shape mu=n")):
+        d.function(x=np.ones(2), mu=np.ones(2), P=np.eye(2))
+    h = matcalc.hessian("norm2(A*x - b)^2", "x", syntax="matlab")
+    with pytest.raises(ShapeError, match="b is a number by the MATLAB syntax's naming"):
+        h.matrix(A=np.ones((3, 2)), x=np.ones(2), b=np.ones(3))
