@@ -166,7 +166,7 @@ def test_sympy_kronecker_diagonal_and_adjoint_nodes():
     ("tr(kron(A, X))", "X", "tr(A)*I", lambda A, X: np.trace(A) * np.eye(3)),
     ("tr(kron(A, X))", "A", "tr(X)*I", lambda A, X: np.trace(X) * np.eye(2)),
     ("sum(kron(A, X))*tr(X)", "A", "tr(X)*sum(X)*1", lambda A, X: np.trace(X) * X.sum() * np.ones((2, 2))),
-    ("sum(kron(A, X))*tr(X)", "X", "sum(A)*(sum(X)*I + tr(X)*1)",
+    ("sum(kron(A, X))*tr(X)", "X", "sum(A)*(sum(X)*I + tr(X))",
      lambda A, X: A.sum() * (X.sum() * np.eye(3) + np.trace(X) * np.ones((3, 3)))),
 ])
 def test_kronecker_adjoints_fold(expr, wrt, text, closed):
