@@ -523,6 +523,50 @@ elementwise("silu", _silu_prime, "d silu(X) = σ(X)∘(1 + X∘(1 − σ(X)))∘
             sympy=lambda t: t / (1 + _sp().exp(-t)))
 
 
+# log Γ and its derivatives, the polygamma functions ψ⁽ᵏ⁾ (ψ = ψ⁽⁰⁾ digamma, ψ⁽¹⁾ trigamma): the
+# likelihoods of the gamma, beta, Dirichlet, Student-t and negative binomial distributions
+MAX_POLYGAMMA = 6  # ψ⁽⁶⁾ is the seventh derivative of log Γ; its own derivative is refused
+
+
+def polygamma_name(k: int) -> str:
+    return {0: "digamma", 1: "trigamma"}.get(k, f"polygamma{k}")
+
+
+def _polygamma_float(k: int):
+    def fold(v: float) -> float:
+        from scipy.special import polygamma  # NumPy and math have no polygamma
+
+        return float(polygamma(k, v))
+    return fold
+
+
+def _polygamma_prime(k: int):
+    def prime(x, y):
+        if k == MAX_POLYGAMMA:
+            from .errors import DeriveError
+
+            raise DeriveError(f"matcalc's polygamma functions go up to order {MAX_POLYGAMMA} (the derivative of "
+                              f"polygamma({k}, x) would be order {k + 1})")
+        return _ir().func(polygamma_name(k + 1), x)
+    return prime
+
+
+elementwise("gammaln", lambda x, y: _ir().func("digamma", x), "d log Γ(X) = ψ(X)∘dX", math.lgamma,
+            "_gammaln({0})", latex="\log\Gamma", domain="positive", letter="g", helpers=("_gammaln",),
+            aliases=("lgamma", "loggamma"), torch="torch.lgamma({0})", jax="jax.scipy.special.gammaln({0})",
+            sympy=lambda t: _sp().loggamma(t))
+for _k in range(MAX_POLYGAMMA + 1):
+    _name = polygamma_name(_k)
+    elementwise(_name, _polygamma_prime(_k), f"d ψ⁽{_k}⁾(X) = ψ⁽{_k + 1}⁾(X)∘dX", _polygamma_float(_k),
+                f"_polygamma({_k}, {{0}})", latex=f"\psi^{{({_k})}}" if _k else "\psi",
+                domain="positive", letter="u", helpers=("_polygamma",),
+                torch=f"torch.polygamma({_k}, {{0}})" if _k else "torch.digamma({0})",
+                jax=f"jax.scipy.special.polygamma({_k}, {{0}})" if _k else "jax.scipy.special.digamma({0})",
+                sympy=lambda t, k=_k: _sp().polygamma(k, t))
+    if _k >= 2:  # printed as SciPy writes it, polygamma(k, x) (parse reads it back)
+        REGISTRY[_name] = replace(REGISTRY[_name], text=lambda p, e, k=_k: f"polygamma({k}, {p.p(e.args[0])[0]})")
+
+
 def _entrywise_pair_rule(u, s, attr):
     """maximum(A, B), minimum(A, B): two arrays of one shape, or a number and an array (the typing
     spreads a row or column over a matrix first, as for +)."""

@@ -10,6 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from .errors import ParseError
+from .ops import MAX_POLYGAMMA, polygamma_name
 
 MAX_DEPTH = 200  # nesting deeper than this is refused, never a RecursionError
 MAX_LENGTH = 20000
@@ -235,6 +236,9 @@ def _build(kind: str, kids: list, source: str) -> Node:
         if len(args) == 2 and (name in ("maximum", "minimum")
                                or name in ("max", "min") and _number(args[0]) is not None):  # max(0, z): the hinge
             return _extremum(name in ("maximum", "max"), *args, s, e)
+        order = _number(args[0]) if name == "polygamma" and len(args) == 2 else None
+        if order is not None and order == int(order) and 0 <= order <= MAX_POLYGAMMA:  # SciPy's polygamma(k, x)
+            return Node("call", args[1:], s, e, polygamma_name(int(order)))
         return Node("call", args, s, e, name)
     if kind in ("add", "sub"):
         left, right = kids[0], kids[2]
@@ -410,8 +414,9 @@ SPELLED = {"solve": "write inv(A)@B: matcalc computes it as a solve", "log_softm
             **dict.fromkeys(("ndtr", "normcdf", "norm_cdf", "Phi", "Φ"), "the normal CDF Φ(z) is 0.5*erfc(-z/sqrt(2)); "
                             "log(0.5*erfc(-z/sqrt(2))) is computed stably, as logerfc"),
             "log_ndtr": "log Φ(z) is log(0.5*erfc(-z/sqrt(2))), computed stably, as logerfc",
-            **dict.fromkeys(("lgamma", "gammaln", "digamma", "gamma", "loggamma"), "matcalc has no gamma "
-                            "functions"), "numel": "write size(X, 0)*size(X, 1)",
+            "gamma": "write exp(gammaln(x)) (for x > 0)", "betaln": "write gammaln(a) + gammaln(b) - gammaln(a + b)",
+            "polygamma": "polygamma(k, x) takes a whole order k from 0 to 6, then x",
+            "numel": "write size(X, 0)*size(X, 1)",
             "length": "write size(x, 0)", "elu": "matcalc has no elu; relu, softplus, gelu and silu are built in",
             "expit": "write sigmoid(z)", "len": "write size(x, 0)", "heaviside": "write step(x)",
             "multiply": "write x*y (entry by entry)", "add": "write x + y", "subtract": "write x - y",

@@ -93,6 +93,18 @@ def _logerfc(z):
                     0.6931471805599453 + log_ndtr(np.maximum(z, 1.0) * -1.4142135623730951))
 
 
+# helper: _gammaln
+def _gammaln(z):
+    from scipy.special import gammaln  # log |Γ(z)| (NumPy has no gamma function)
+    return gammaln(z)
+
+
+# helper: _polygamma
+def _polygamma(k, z):
+    from scipy.special import polygamma  # ψ⁽ᵏ⁾(z), the (k+1)-th derivative of log Γ(z)
+    return polygamma(k, z)
+
+
 # helper: _xlogy
 def _xlogy(a, b):
     from scipy.special import xlogy  # a log b, and 0 where a = 0 (0·log 0 = 0: d(xᵏ)/dk at x = 0)

@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 from scipy.special import erf as sp_erf
 from scipy.special import erfc as sp_erfc
+from scipy.special import gammaln as sp_gammaln
+from scipy.special import polygamma as sp_polygamma
 from scipy.stats import norm
 
 import matcalc
@@ -68,7 +70,9 @@ ELEMENTWISE = {
     "logsigmoid": (lambda z: np.log(_sig(z)), NORMAL), "log1p": (np.log1p, POSITIVE),
     "expm1": (np.expm1, NORMAL), "erf": (sp_erf, NORMAL), "erfc": (sp_erfc, NORMAL),
     "logerfc": (lambda z: np.log(sp_erfc(z)), NORMAL), "gelu": (lambda z: z * norm.cdf(z), NORMAL),
-    "silu": (lambda z: z * _sig(z), NORMAL),
+    "silu": (lambda z: z * _sig(z), NORMAL), "gammaln": (sp_gammaln, POSITIVE),
+    **{name: (lambda z, k=k: sp_polygamma(k, z), POSITIVE)
+       for k, name in enumerate(["digamma", "trigamma"] + [f"polygamma{k}" for k in range(2, 5)])},
 }
 
 # (expression, shapes, NumPy λ of the inputs); every symbol's gradient is checked
@@ -117,7 +121,8 @@ CASES = [
      lambda A, x, y: np.sum(np.maximum(A @ x, y) ** 2) + np.minimum(A @ x, y) @ y + np.sum(np.maximum(A @ x, 0.3))),
 ]
 COVERED = {"sum", "mean", "softmax", "logsumexp", "kron", "kron_sum", "kron_blocks", "vec", "unvec", "ones", "matrix_power", "size", "tr", "Diag",
-           "diag", "det", "logdet", "inv", "norm2", "norm1", "maximum", "minimum"}
+           "diag", "det", "logdet", "inv", "norm2", "norm1", "maximum", "minimum",
+           "polygamma5", "polygamma6"}  # (the derivative of 6 is refused: test_the_polygamma_functions_end_at_order_6)
 
 
 def _inputs(shapes, rng, spd=()):
@@ -326,3 +331,36 @@ def test_batch_layer_norm_with_broadcasting():
         return float(np.sum(G * c / np.sqrt((c * c).mean(0) + 0.001)))
     assert rel_error(d.function(G=G, X=X), central_fd_grad(f, {"X": X}, "X")) < 1e-6
     assert d.check().ok
+
+
+def test_the_polygamma_functions_end_at_order_6():
+    # SciPy's polygamma(k, x) is read for k = 0 … 6 (digamma, trigamma, …); the derivative of order 7 is refused
+    x = np.array([0.3, 1.0, 4.5])
+    for k in range(7):
+        text = f"sum(polygamma({k}, x))"
+        if k < 6:
+            got = matcalc.derive(text, "x").function(x=x)
+            np.testing.assert_allclose(got, sp_polygamma(k + 1, x), rtol=1e-12)
+        else:
+            with pytest.raises(matcalc.DeriveError, match="go up to order 6"):
+                matcalc.derive(text, "x")
+    y = np.array([1.0, -2.0, 0.5])
+    np.testing.assert_allclose(matcalc.derive("sum(polygamma(6, x)*y)", "y").function(x=x, y=y),
+                               sp_polygamma(6, x), rtol=1e-12)
+    assert matcalc.derive("sum(polygamma(1, x))", "x").text == "polygamma(2, x)"  # SciPy's spelling, read back
+    assert matcalc.derive("sum(lgamma(x))", "x").text == "digamma(x)"
+
+
+def test_a_dirichlet_likelihood_and_its_hessian():
+    # log p(p | α) = log Γ(Σα) − Σ log Γ(αᵢ) + Σ(αᵢ − 1) log pᵢ: the gradient and Hessian of its negative
+    expr = "sum(gammaln(alpha)) - gammaln(sum(alpha)) - (alpha - 1).T@log(p)"
+    shapes = {"alpha": ("k",), "p": ("k",)}
+    a, p = np.array([0.7, 2.0, 3.5, 1.2]), np.array([0.1, 0.2, 0.3, 0.4])
+    d = matcalc.derive(expr, "alpha", shapes=shapes)
+    np.testing.assert_allclose(d.function(alpha=a, p=p), sp_polygamma(0, a) - sp_polygamma(0, a.sum()) - np.log(p),
+                               rtol=1e-12)
+    H = matcalc.hessian(expr, "alpha", shapes=shapes).matrix(alpha=a, p=p)
+    np.testing.assert_allclose(H, np.diag(sp_polygamma(1, a)) - sp_polygamma(1, a.sum()), rtol=1e-12)
+    lam = lambda a: sp_gammaln(a).sum() - sp_gammaln(a.sum()) - (a - 1) @ np.log(p)  # noqa: E731
+    fd = np.array([(lam(a + h) - lam(a - h)) / 2e-6 for h in 1e-6 * np.eye(4)])
+    np.testing.assert_allclose(d.function(alpha=a, p=p), fd, rtol=1e-6)
