@@ -445,6 +445,8 @@ ELEMENTWISE = {
     "gelu": "_gelu({})",
     "silu": "_silu({})",
     "logsigmoid": "_logsigmoid({})",
+    "gammaln": "_gammaln({})",
+    "digamma": "_digamma({})",
 }
 
 # reductions along an axis: name -> numpy template of (array, axis); rows/columns as 1-D
@@ -477,7 +479,7 @@ def call(fname: str, a: Node) -> Node:
     if fname in ELEMENTWISE:
         ty = a.ty
         src = ELEMENTWISE[fname].format(a.src)
-        if fname in ("log", "sqrt") and not _positive(a):
+        if fname in ("log", "sqrt", "gammaln", "digamma") and not _positive(a):
             raise TypeError(f"{fname} of a possibly non-positive {a.text}")
         if fname == "exp":
             m = math.exp(min(1.5 * a.mag, 50.0))
@@ -486,6 +488,10 @@ def call(fname: str, a: Node) -> Node:
             m = max(abs(math.log(a.lo)), math.log(max(a.mag, 1.0))) + 1.0
         elif fname == "sqrt":
             m, lo = math.sqrt(a.mag), math.sqrt(a.lo)
+        elif fname == "gammaln":  # log Γ: −log x near 0, x log x far out
+            m = max(abs(math.log(a.lo)), a.mag * math.log(max(a.mag, 1.0))) + 1.0
+        elif fname == "digamma":  # ψ(x) ≈ −1/x near 0, log x far out
+            m = 1.0 / a.lo + math.log(max(a.mag, 1.0)) + 1.0
         elif fname in ("sin", "cos", "tanh", "sign"):
             m = 1.0
         elif fname == "sigmoid":
@@ -644,6 +650,16 @@ def _h_gelu(x):
     return x * norm.cdf(x)
 
 
+def _h_gammaln(x):
+    from scipy.special import gammaln
+    return gammaln(x)
+
+
+def _h_digamma(x):
+    from scipy.special import digamma
+    return digamma(x)
+
+
 def _h_silu(x):
     return x * _h_sigmoid(x)
 
@@ -665,7 +681,7 @@ def _h_softmax_axis(X, axis):
 _HELPERS = {"np": np, "_sigmoid": _h_sigmoid, "_logdet": _h_logdet,
             "_logsumexp": _h_logsumexp, "_softmax": _h_softmax, "_erf": _h_erf, "_gelu": _h_gelu,
             "_silu": _h_silu, "_logsigmoid": _h_logsigmoid, "_logsumexp_axis": _h_logsumexp_axis,
-            "_softmax_axis": _h_softmax_axis}
+            "_softmax_axis": _h_softmax_axis, "_gammaln": _h_gammaln, "_digamma": _h_digamma}
 
 
 def _dim_sizes(shapes: Dict[str, tuple], inputs: dict) -> Dict[str, int]:
@@ -1066,6 +1082,8 @@ class _Gen:
             (1, "expm1", lambda: call("expm1", self.tame(ty, d))),
             (1, "erf", plain("erf")), (1, "gelu", plain("gelu")), (1, "silu", plain("silu")),
             (1, "logsigmoid", plain("logsigmoid")),
+            (1, "gammaln", lambda: call("gammaln", self.pos(ty, d))),
+            (1, "digamma", lambda: call("digamma", self.pos(ty, d))),
         ])
 
     def powered(self, ty: Ty, d: int) -> Node:
@@ -1571,6 +1589,7 @@ def _apply(fname: str, v, extra=None):
         "cosh": np.cosh, "sinh": np.sinh, "tan": np.tan, "arcsin": np.arcsin, "arccos": np.arccos,
         "arctan": np.arctan, "log1p": np.log1p, "expm1": np.expm1, "erf": _h_erf, "gelu": _h_gelu,
         "silu": lambda x: x / (1.0 + np.exp(-x)), "logsigmoid": lambda x: -np.log1p(np.exp(-x)),
+        "gammaln": _h_gammaln, "digamma": _h_digamma,
     }
     if fname in ew:
         out = ew[fname](v)
