@@ -781,7 +781,9 @@ def s_mul(*fs: Expr) -> Expr:
             c, rest[i] = -c, s_add(*[scale(-1.0, t) for t in f.args])
     if _OPENING[0] and not denominators and c != 0.0:
         opened = _opened_over_quotient(c, rest, shape)
-        if opened is not None:  # (1 − y⊘(t∘u))∘t∘u = t∘u − y
+        if opened is None:
+            opened = _into_summed_quotient(c, rest, shape)
+        if opened is not None:  # (1 − y⊘(t∘u))∘t∘u = t∘u − y; sum(r⊘(ν²σ⁴q))νσ = sum(r⊘(νσ³q))
             return opened
     if denominators and c != 0.0:  # x∘y⊘x = y, 4x⊘(4y) = x⊘y, x⊘x³ = 1⊘x²
         c, rest, denominators = _cancel_quotient(c, rest, denominators)
@@ -844,6 +846,27 @@ def _opened_over_quotient(c: float, rest: list, shape):
         opened = s_add(*[_spread_number(t) or t for t in terms])  # (β∘1 + A = β + A)
         if ir.tree_size(opened) < sum(ir.tree_size(g) for g in rest) + (c != 1.0) + 1:
             return opened
+    return None
+
+
+def _into_summed_quotient(c: float, rest: list, shape):
+    """The numbers among rest taken inside a sum of a quotient whose denominator has one of them
+    (sum(r⊘(ν²σ⁴q))∘ν∘σ = sum(r⊘(νσ³q)): a Student-t scale's gradient), where that is shorter;
+    else None."""
+    for i, f in enumerate(rest):
+        if f.op not in ("sum", "mean") or f.attr is not None or f.args[0].op != "div":
+            continue
+        den = factors(f.args[0].args[1])
+        base = lambda x: x.args[0] if x.op == "pow" else x  # noqa: E731
+        moved = [g for j, g in enumerate(rest) if j != i and g.shape == SCALAR and g.op != "const"
+                 and any(base(g) == base(d) for d in den)]
+        if not moved:
+            continue
+        kept = [g for j, g in enumerate(rest) if j != i and all(g is not m for m in moved)]
+        inside = s_func(f.op, s_mul(*moved, f.args[0]))
+        out = s_mul(const(c), inside, *kept)
+        if ir.tree_size(out) < sum(ir.tree_size(g) for g in rest) + (c != 1.0) + 1:
+            return out
     return None
 
 

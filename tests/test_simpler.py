@@ -1100,3 +1100,15 @@ def test_a_number_spread_over_a_sum_with_an_array_in_it_is_written_alone():
     assert d.text == "2*(x - mu)"
     x = np.array([0.5, -1.0, 2.0])
     np.testing.assert_allclose(d.function(x=x, mu=0.3), 2 * (x - 0.3), rtol=1e-15)
+
+
+def test_numbers_that_a_summed_quotient_s_denominator_has_are_taken_inside_the_sum():
+    # a Student-t regression's scale: sum(...)/(nu**2*sigma**4*...))*nu*sigma was left as it was
+    expr = "(nu + 1)/2*sum(log(1 + (y - X@b)**2/(nu*sigma**2))) + size(y, 0)*log(sigma)"
+    d = matcalc.derive(expr, "sigma")
+    assert "nu**2" not in d.text and "sigma**4" not in d.text and not d.text.endswith("*nu*sigma")
+    rng = np.random.default_rng(41)
+    X, b, y = rng.standard_normal((6, 2)), rng.standard_normal(2), rng.standard_normal(6)
+    lam = lambda s: 3.5 / 2 * np.sum(np.log(1 + (y - X @ b) ** 2 / (2.5 * s ** 2))) + 6 * np.log(s)  # noqa: E731
+    fd = (lam(0.7 + 1e-6) - lam(0.7 - 1e-6)) / 2e-6
+    assert d.function(X=X, b=b, y=y, nu=2.5, sigma=0.7) == pytest.approx(fd, rel=1e-7)
