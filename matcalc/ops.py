@@ -552,14 +552,15 @@ def _polygamma_prime(k: int):
 
 
 elementwise("gammaln", lambda x, y: _ir().func("digamma", x), "d log Γ(X) = ψ(X)∘dX", math.lgamma,
-            "_gammaln({0})", latex="\log\Gamma", domain="positive", letter="g", helpers=("_gammaln",),
+            "_gammaln({0})", latex="\\log\\Gamma", domain="positive", letter="g", helpers=("_gammaln",),
             aliases=("lgamma", "loggamma"), torch="torch.lgamma({0})", jax="jax.scipy.special.gammaln({0})",
             sympy=lambda t: _sp().loggamma(t))
 for _k in range(MAX_POLYGAMMA + 1):
     _name = polygamma_name(_k)
     elementwise(_name, _polygamma_prime(_k), f"d ψ⁽{_k}⁾(X) = ψ⁽{_k + 1}⁾(X)∘dX", _polygamma_float(_k),
-                f"_polygamma({_k}, {{0}})", latex=f"\psi^{{({_k})}}" if _k else "\psi",
-                domain="positive", letter="u", helpers=("_polygamma",),
+                f"_polygamma({_k}, {{0}})" if _k else "_digamma({0})",
+                latex=f"\\psi^{{({_k})}}" if _k else "\\psi",
+                domain="positive", letter="u", helpers=("_polygamma",) if _k else ("_digamma",),
                 torch=f"torch.polygamma({_k}, {{0}})" if _k else "torch.digamma({0})",
                 jax=f"jax.scipy.special.polygamma({_k}, {{0}})" if _k else "jax.scipy.special.digamma({0})",
                 sympy=lambda t, k=_k: _sp().polygamma(k, t))

@@ -40,7 +40,19 @@ def _inv_sqrt(t):
 
 # helper: _sigmoid
 def _sigmoid(z):
-    return np.exp(-np.logaddexp(0.0, -z))
+    # 1/(1 + e^-z): SciPy's expit, in a quarter of the time of exp(-logaddexp(0, -z)), the form without SciPy
+    f = _EXPIT[0]
+    if f is None:
+        try:
+            from scipy.special import expit as f
+        except ImportError:
+            def f(t):
+                return np.exp(-np.logaddexp(0.0, -t))
+        _EXPIT[0] = f
+    return f(z)
+
+
+_EXPIT = [None]
 
 
 # helper: _logsumexp
@@ -97,6 +109,12 @@ def _logerfc(z):
 def _gammaln(z):
     from scipy.special import gammaln  # log |Γ(z)| (NumPy has no gamma function)
     return gammaln(z)
+
+
+# helper: _digamma
+def _digamma(z):
+    from scipy.special import digamma  # ψ(z), the derivative of log Γ(z)
+    return digamma(z)
 
 
 # helper: _polygamma

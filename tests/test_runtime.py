@@ -407,3 +407,21 @@ def test_power_helpers_give_np_powers_values_at_the_ends_of_the_floats(helper, k
         for v in x:
             np.testing.assert_allclose(f(float(v)), np.power(v, k), rtol=5e-16, atol=0)
             np.testing.assert_allclose(f(np.array(v)), np.power(v, k), rtol=5e-16, atol=0)
+
+
+def test_sigmoid_is_scipy_s_expit_and_the_same_without_scipy(monkeypatch):
+    import sys
+
+    from matcalc import runtime
+
+    z = np.array([-745.0, -700.0, -40.0, -1.0, 0.0, 2.0, 40.0, 700.0])
+    exact = np.array([0.0, np.exp(-700.0), np.exp(-40.0) / (1 + np.exp(-40.0)), 1 / (1 + np.e), 0.5,
+                      1 / (1 + np.exp(-2.0)), 1.0, 1.0])
+    monkeypatch.setattr(runtime, "_EXPIT", [None])
+    with_scipy = runtime._sigmoid(z)
+    monkeypatch.setattr(runtime, "_EXPIT", [None])
+    monkeypatch.setitem(sys.modules, "scipy.special", None)  # (import scipy.special raises ImportError)
+    without = runtime._sigmoid(z)
+    for got in (with_scipy, without):
+        np.testing.assert_allclose(got[1:], exact[1:], rtol=4e-16, atol=0)
+        assert 0.0 <= got[0] < 1e-320
