@@ -48,9 +48,14 @@ def tree_cost(e: Expr, memo=None) -> float:
 
 
 def _chain(e: Expr, uses: dict, scalars: list) -> list:
-    """The factors of a matrix chain, pulling out scalar factors of its operands."""
+    """The factors of a matrix chain, pulling out scalar factors of its operands; a transposed
+    product used once is its factors transposed, in reverse ((AB)ᵀG = BᵀAᵀG: ordered with G)."""
     if e.op == "matmul" and uses.get(e, 1) <= 1:
         return _chain(e.args[0], uses, scalars) + _chain(e.args[1], uses, scalars)
+    if e.op == "T" and e.args[0].op == "matmul" and uses.get(e, 1) <= 1 and uses.get(e.args[0], 1) <= 1 \
+            and 1 not in e.shape:
+        a, b = e.args[0].args
+        return _chain(ir.matmul(_t(b), _t(a)), uses, scalars)
     if e.op == "mul" and uses.get(e, 1) <= 1:
         sc = [f for f in e.args if f.shape == SCALAR]
         arr = [f for f in e.args if f.shape != SCALAR]

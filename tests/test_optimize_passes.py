@@ -146,3 +146,13 @@ def test_a_chain_is_ordered_when_called_only_where_its_best_order_depends_on_siz
     assert not _order_depends_on_sizes([A, B, C, x])  # a matrix-vector chain: from the vector, always
     S = ir.sym("S", ("n", "n"))
     assert not _order_depends_on_sizes([S, S, S])  # one dimension: every order costs the same
+
+
+def test_a_transposed_product_in_a_gradient_is_ordered_with_the_rest_of_its_chain():
+    # ∂ G:(ABC)/∂C = (AB)ᵀG was A.dot(B).T.dot(G): 64·64·4000 + 4000·64·16 multiplications where
+    # Bᵀ(AᵀG) takes 64·64·16 + 4000·64·16
+    d = matcalc.derive("G:(A@B@C)", "C")
+    assert "_chain(B.T, A.T, G)" in d.numpy_source
+    rng = np.random.default_rng(3)
+    A, B, C, G = (rng.standard_normal(s) for s in ((6, 5), (5, 40), (40, 3), (6, 3)))
+    np.testing.assert_allclose(d.function(A=A, B=B, C=C, G=G), (A @ B).T @ G, rtol=1e-12)
