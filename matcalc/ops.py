@@ -545,8 +545,8 @@ def _polygamma_prime(k: int):
         if k == MAX_POLYGAMMA:
             from .errors import DeriveError
 
-            raise DeriveError(f"matcalc's polygamma functions go up to order {MAX_POLYGAMMA} (the derivative of "
-                              f"polygamma({k}, x) would be order {k + 1})")
+            raise DeriveError(f"matcalc's polygamma functions go up to polygamma({MAX_POLYGAMMA}, x), and this "
+                              f"derivative needs polygamma({k + 1}, x)")
         return _ir().func(polygamma_name(k + 1), x)
     return prime
 

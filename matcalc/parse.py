@@ -236,8 +236,11 @@ def _build(kind: str, kids: list, source: str) -> Node:
         if len(args) == 2 and (name in ("maximum", "minimum")
                                or name in ("max", "min") and _number(args[0]) is not None):  # max(0, z): the hinge
             return _extremum(name in ("maximum", "max"), *args, s, e)
-        order = _number(args[0]) if name == "polygamma" and len(args) == 2 else None
-        if order is not None and order == int(order) and 0 <= order <= MAX_POLYGAMMA:  # SciPy's polygamma(k, x)
+        if name == "polygamma":  # SciPy's polygamma(k, x)
+            order = _number(args[0]) if len(args) == 2 else None
+            if order is None or order != int(order) or not 0 <= order <= MAX_POLYGAMMA:
+                raise ParseError(f"polygamma(k, x) takes a whole order k from 0 to {MAX_POLYGAMMA} as written "
+                                 f"(a number), then x", source, s, e)
             return Node("call", args[1:], s, e, polygamma_name(int(order)))
         return Node("call", args, s, e, name)
     if kind in ("add", "sub"):
@@ -383,7 +386,7 @@ _SYMBOL_HINTS = {
 
 
 _SUPERSCRIPTS = "²³¹⁰ⁱ⁴⁵⁶⁷⁸⁹⁺⁻⁼⁽⁾ⁿ"
-_MODULES = ("np", "numpy", "jnp", "torch", "math", "tf", "sp", "scipy", "F")
+_MODULES = ("np", "numpy", "jnp", "torch", "math", "tf", "sp", "scipy", "F", "jax", "special")
 # functions users know by other names, and how matcalc writes them
 SPELLED = {"solve": "write inv(A)@B: matcalc computes it as a solve", "log_softmax":
             "write log(softmax(z)), which matcalc computes as z - logsumexp(z)", "logsoftmax":
@@ -414,7 +417,12 @@ SPELLED = {"solve": "write inv(A)@B: matcalc computes it as a solve", "log_softm
             **dict.fromkeys(("ndtr", "normcdf", "norm_cdf", "Phi", "Φ"), "the normal CDF Φ(z) is 0.5*erfc(-z/sqrt(2)); "
                             "log(0.5*erfc(-z/sqrt(2))) is computed stably, as logerfc"),
             "log_ndtr": "log Φ(z) is log(0.5*erfc(-z/sqrt(2))), computed stably, as logerfc",
-            "gamma": "write exp(gammaln(x)) (for x > 0)", "betaln": "write gammaln(a) + gammaln(b) - gammaln(a + b)",
+            "gamma": "gamma(x) is exp(gammaln(x)) for x > 0, and log(gamma(x)) is gammaln(x)",
+            **dict.fromkeys(("betaln", "lbeta"), "write gammaln(a) + gammaln(b) - gammaln(a + b)"),
+            "beta": "the beta function B(a, b) is exp(gammaln(a) + gammaln(b) - gammaln(a + b))",
+            "psi": "SciPy's psi(x) is digamma(x)",
+            "multigammaln": "multigammaln(a, p) is p*(p - 1)/4*log(pi) + gammaln(a) + gammaln(a - 0.5) + … "
+                            "(p terms, gammaln(a - j/2) for j = 0 … p - 1): write the terms",
             "polygamma": "polygamma(k, x) takes a whole order k from 0 to 6, then x",
             "numel": "write size(X, 0)*size(X, 1)",
             "length": "write size(x, 0)", "elu": "matcalc has no elu; relu, softplus, gelu and silu are built in",

@@ -50,8 +50,8 @@ def number_form(v: float, pi=True):
         f = Fraction(abs(v) / c ** e).limit_denominator(12)
         if f and f.numerator <= 12 and abs(float(f) * c ** e - abs(v)) <= 4e-16 * abs(v):
             found.append((f.numerator + f.denominator, (f.numerator, f.denominator, c, e)))
-    if found and any(form[2] != 2.0 for _, form in found) and not (pi() if callable(pi) else pi):
-        found = [t for t in found if t[1][2] == 2.0]  # (pi asked only where a form has π: it may walk)
+    if found and any(form[2] in _WITH_PI for _, form in found) and not (pi() if callable(pi) else pi):
+        found = [t for t in found if t[1][2] not in _WITH_PI]  # (pi asked only where a form has π: it may walk)
     return min(found, key=lambda t: t[0])[1] if found else None  # (4√2, not 8/√2)
 
 
@@ -61,8 +61,13 @@ _ROOTS = (3.0, 5.0, 6.0, 7.0, 10.0)  # √3, √5, …, 1/√5 (attention's 1/�
 _CONSTANT_POWERS = ((math.pi, 1), (math.pi, -1), (math.pi, 2), (math.pi, -2), (math.pi, 0.5), (math.pi, -0.5),
                     (2 * math.pi, 0.5), (2 * math.pi, -0.5), (2.0, -0.5), (2.0, 0.5)) + tuple(
     (c, e) for c in _ROOTS for e in (-0.5, 0.5))
+_LOGS = (math.log(2.0), math.log(2 * math.pi), math.log(math.pi))  # a Gaussian's log 2π/2, log 2 p/2, …
+_CONSTANT_POWERS += tuple((c, 1) for c in _LOGS)
 _CONSTANT_NAMES = {math.pi: ("pi", "\\pi"), 2 * math.pi: ("2*pi", "2\\pi"), 2.0: ("2", "2"),
-                   **{c: (str(int(c)), str(int(c))) for c in _ROOTS}}
+                   **{c: (str(int(c)), str(int(c))) for c in _ROOTS},
+                   _LOGS[0]: ("log(2)", "\\log 2"), _LOGS[1]: ("log(2*pi)", "\\log(2\\pi)"),
+                   _LOGS[2]: ("log(pi)", "\\log\\pi")}
+_WITH_PI = (math.pi, 2 * math.pi, _LOGS[1], _LOGS[2])  # (forms not taken where pi names a symbol)
 
 
 def _constant_parts(form, tex: bool, pow_op: str = "**"):

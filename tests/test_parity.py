@@ -216,7 +216,7 @@ def test_a_1d_vector_on_the_left_of_a_matrix_is_numpys_x_at_A():
     ("sum(ndtr(x))", "matcalc", "the normal CDF Φ(z) is 0.5*erfc(-z/sqrt(2))"),
     ("sum(log_ndtr(x))", "matcalc", "log Φ(z) is log(0.5*erfc(-z/sqrt(2))), computed stably"),
     ("std(x)", "matcalc", "write sqrt(mean((x - mean(x))**2))"),
-    ("sum(gamma(x))", "matcalc", "write exp(gammaln(x)) (for x > 0)"),
+    ("sum(gamma(x))", "matcalc", "gamma(x) is exp(gammaln(x)) for x > 0, and log(gamma(x)) is gammaln(x)"),
     ("norm(x, 3)", "matlab", "norm(x), norm(x, 2) and norm(x, 1) of a vector are norm2(x) and norm1(x)"),
     ("exp(A@x)", "matcalc", "jacobian (matcalc jacobian) differentiates an array-valued F"),
     # names whose closest spelling here is another function (swish was "did you mean sinh?")

@@ -371,3 +371,18 @@ def test_a_named_quantity_written_out_in_the_steps_prints_sizes_as_the_result_do
     lines = d.derivation_lines()
     assert any("[dz = dQ@K.T/sqrt(size(Q, 1))]" in line for line in lines), lines
     assert not any("size(c)" in line for line in lines)
+
+
+def test_multiples_of_logarithms_print_as_such_and_read_back():
+    # a Wishart's log(2)/2*size(X, 0) printed as 0.34657359027997264*size(X, 0)
+    import math
+
+    from matcalc.printing import number_tex, number_text
+
+    for v, text in [(math.log(2) / 2, "log(2)/2"), (0.5 * math.log(2 * math.pi), "log(2*pi)/2"),
+                    (-math.log(2) / 4, "-log(2)/4")]:
+        assert number_text(v)[0] == text
+        d = matcalc.derive(f"{text}*sum(x)", "x")
+        np.testing.assert_allclose(d.function(x=np.ones(3)), v, rtol=1e-15)
+    assert number_tex(math.log(2) / 2) == "\\tfrac{\\log 2}{2}"
+    assert number_text(0.5 * math.log(2 * math.pi), pi=False)[0] != "log(2*pi)/2"  # (pi a symbol)
