@@ -377,6 +377,8 @@ def test_multiples_of_logarithms_print_as_such_and_read_back():
     # a Wishart's log(2)/2*size(X, 0) printed as 0.34657359027997264*size(X, 0)
     import math
 
+    import numpy as np
+
     from matcalc.printing import number_tex, number_text
 
     for v, text in [(math.log(2) / 2, "log(2)/2"), (0.5 * math.log(2 * math.pi), "log(2*pi)/2"),
