@@ -506,6 +506,14 @@ def _common_denominator(flat, shape):
             continue
         parts.append((c, num, k))
         root = root or _exponents([den], {})[1] != set()
+    if _OPENING[0] and base is not None and base.op == "add" and others and len(others) <= 3:
+        for t in others:  # (the gradient's last pass) y∘e⊘(θ + e) + θ∘e⊘(θ + e) − y = θ∘(e − y)⊘(θ + e)
+            c, core = split_coeff(t)
+            if core is None or core.shape != shape:
+                break
+            parts.append((c, core, 0.0))
+        else:
+            others = []
     if base is None or len({k for _, _, k in parts}) < 2 or len(parts) > 8:
         return None
     top = max(k for _, _, k in parts)
