@@ -46,7 +46,7 @@ def helper_closure(names) -> list:
 
 
 FACTOR_OPS = ("inv", "solve", "logdet", "det")
-BLAS_CALLS = (".dot(", "np.vdot(", "_outer(", "_inv(", "_lu(", "np.linalg.")
+BLAS_CALLS = (".dot(", "_chain(", "np.vdot(", "_outer(", "_inv(", "_lu(", "np.linalg.")
 
 
 def factor_base(n: Expr) -> tuple:

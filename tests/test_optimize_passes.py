@@ -156,3 +156,10 @@ def test_a_transposed_product_in_a_gradient_is_ordered_with_the_rest_of_its_chai
     rng = np.random.default_rng(3)
     A, B, C, G = (rng.standard_normal(s) for s in ((6, 5), (5, 40), (40, 3), (6, 3)))
     np.testing.assert_allclose(d.function(A=A, B=B, C=C, G=G), (A @ B).T @ G, rtol=1e-12)
+
+
+def test_a_function_whose_products_are_chains_picks_its_blas_threads_too():
+    # _chain's products are BLAS calls: without the wrapper they ran on every core of a busy machine (23x)
+    d = matcalc.derive("sum(exp(A@X@B))", "X")
+    assert "_chain(" in d.numpy_source and ".dot(" not in d.numpy_source.split("def grad_X")[1]
+    assert "grad_X = _blas_threads(grad_X" in d.numpy_source

@@ -425,3 +425,44 @@ def test_sigmoid_is_scipy_s_expit_and_the_same_without_scipy(monkeypatch):
     for got in (with_scipy, without):
         np.testing.assert_allclose(got[1:], exact[1:], rtol=4e-16, atol=0)
         assert 0.0 <= got[0] < 1e-320
+
+
+def test_a_chain_is_multiplied_in_its_cheapest_order():
+    # _chain against the optimum of the classic dynamic programme, counting multiplications
+    import itertools
+
+    flops = [0]
+
+    class Spy(np.ndarray):
+        def dot(self, other):
+            a, b = np.asarray(self), np.asarray(other)
+            m = a.shape[0] if a.ndim == 2 else 1
+            n = b.shape[1] if b.ndim == 2 else 1
+            flops[0] += m * a.shape[-1] * n
+            return a.dot(b).view(Spy)
+
+    def best(p):
+        n = len(p) - 1
+        cost = {(i, i): 0 for i in range(n)}
+        for length in range(2, n + 1):
+            for i in range(n - length + 1):
+                j = i + length - 1
+                cost[i, j] = min(cost[i, k] + cost[k + 1, j] + p[i] * p[k + 1] * p[j + 1] for k in range(i, j))
+        return cost[0, n - 1]
+
+    rng = np.random.default_rng(7)
+    for p in itertools.chain(itertools.product([1, 3, 40], [2, 40], [5, 30], [1, 20]),
+                             itertools.product([1, 9], [2, 40], [50, 3], [4, 60], [1, 6])):
+        fs = [rng.standard_normal((p[i], p[i + 1])) for i in range(len(p) - 1)]
+        if p[0] == 1:
+            fs[0] = fs[0][0]
+        if p[-1] == 1:
+            fs[-1] = fs[-1][:, 0]
+        flops[0] = 0
+        got = runtime._chain(*[f.view(Spy) for f in fs])
+        want = fs[0]
+        for f in fs[1:]:
+            want = want @ f
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12, atol=1e-12)
+        if len(fs) <= 4:  # (longer chains are np.linalg.multi_dot's)
+            assert flops[0] == best(list(p)), p
