@@ -944,8 +944,11 @@ class _Typer:
             if ok and (self.is_scalar(sa) or self.is_scalar(sb)):
                 ok, self.parent = False, saved
             if not ok:
+                greek = [c for side, s in ((a, sa), (b, sb)) if self.is_scalar(s) and side.kind == "mul"
+                         and side.value == "@" for c in _walk(side) if c.kind == "name"]  # (1@mu.T:X)
                 self.fail(n, f"the Frobenius product {self.text(n)} needs equal shapes, but "
-                             f"{self.text(a)} is {self.describe(sa)} and {self.text(b)} is {self.describe(sb)}")
+                             f"{self.text(a)} is {self.describe(sa)} and {self.text(b)} is {self.describe(sb)}"
+                             f"{self.default_scalar_hint(*greek)}")
         return (1, 1)
 
     def scaled_one(self, node):

@@ -232,6 +232,7 @@ def test_cli_help_and_version():
     ("X.inverse()", "X", ["X.inverse is a method", "inv(A)"]),
     ("TR(X)", "X", ["did you mean tr?"]),
     ("sum(psi(x))", "x", ["SciPy's psi(x) is digamma(x)"]),
+    ("1@mu.T:X", "X", ["mu is a number by its Greek name; to make it a vector declare it"]),
     ("sum(polygamma(7, x))", "x", ["polygamma(k, x) takes a whole order k from 0 to 6"]),
     ("sum(beta(x, y))", "x", ["exp(gammaln(a) + gammaln(b) - gammaln(a + b))"]),
     ("sum(jax.scipy.special.gammaln(x))", "x", ["write gammaln(...) without the jax.scipy.special. prefix"]),
