@@ -119,6 +119,7 @@ NEW_OPERATORS = [
     ("C:kron(A, B)", "B"), ("vec(X):y", "X"), ("mean(X, 0)@u + mean(X)", "X"), ("sum(alpha + x)", "alpha"),
     ("logsumexp(X, 1):v", "X"), ("sum(cosh(x) + sinh(x) + tan(x) + arcsin(x) + arccos(x) + arctan(x))", "x"),
     ("sum(log1p(exp(x)) + expm1(x))", "x"), ("sum(X)/size(X, 0)", "X"),
+    ("sum(gammaln(x) + digamma(x) + trigamma(x) + polygamma(3, x))", "x"), ("log(2)/2*sum(x**2)", "x"),
 ]
 
 
