@@ -507,12 +507,11 @@ def _common_denominator(flat, shape):
         parts.append((c, num, k))
         root = root or _exponents([den], {})[1] != set()
     if _OPENING[0] and base is not None and base.op == "add" and others and len(others) <= 3:
-        for t in others:  # (the gradient's last pass) y∘e⊘(θ + e) + θ∘e⊘(θ + e) − y = θ∘(e − y)⊘(θ + e)
-            c, core = split_coeff(t)
-            if core is None or core.shape != shape:
-                break
-            parts.append((c, core, 0.0))
-        else:
+        # (the gradient's last pass) y∘e⊘(θ + e) + θ∘e⊘(θ + e) − y = θ∘(e − y)⊘(θ + e): every other
+        # term an array over the sum's denominator, or none of them
+        whole = [split_coeff(t) for t in others]
+        if all(core is not None and core.shape == shape for _, core in whole):
+            parts.extend((c, core, 0.0) for c, core in whole)
             others = []
     if base is None or len({k for _, _, k in parts}) < 2 or len(parts) > 8:
         return None

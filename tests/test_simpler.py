@@ -1112,3 +1112,24 @@ def test_numbers_that_a_summed_quotient_s_denominator_has_are_taken_inside_the_s
     lam = lambda s: 3.5 / 2 * np.sum(np.log(1 + (y - X @ b) ** 2 / (2.5 * s ** 2))) + 6 * np.log(s)  # noqa: E731
     fd = (lam(0.7 + 1e-6) - lam(0.7 - 1e-6)) / 2e-6
     assert d.function(X=X, b=b, y=y, nu=2.5, sigma=0.7) == pytest.approx(fd, rel=1e-7)
+
+
+def test_sums_over_a_common_denominator_keep_every_term():
+    # ∂ sum(w∘F)/∂w = F for random sums F of quotients over θ + e^z, arrays and numbers: the last
+    # pass brought y over the denominator and kept it outside as well (−y twice)
+    rng = np.random.default_rng(17)
+    y, z, theta = np.array([0.0, 2.0, 5.0]), np.array([0.1, -0.3, 0.5]), 1.3
+    e = np.exp(z)
+    pieces = [("y*exp(z)/(theta + exp(z))", y * e / (theta + e)), ("theta*exp(z)/(theta + exp(z))", theta * e / (theta + e)),
+              ("exp(z)/(theta + exp(z))", e / (theta + e)), ("y", y), ("z", z), ("1", 1.0), ("theta", theta),
+              ("y*exp(z)", y * e)]
+    for _ in range(150):
+        k = rng.integers(3, 7)
+        chosen = pieces[:2] + [pieces[i] for i in rng.choice(range(2, len(pieces)), k - 2, replace=False)]
+        signs = rng.choice([1, -1], k)
+        text = " + ".join(f"{'-' if s < 0 else ''}{t}" for (t, _), s in zip(chosen, signs)).replace("+ -", "- ")
+        want = sum(s * v for (_, v), s in zip(chosen, signs)) * np.ones(3)
+        d = matcalc.derive(f"sum(w*({text}))", "w", shapes={"y": (3,), "z": (3,), "theta": (), "w": (3,)})
+        given = {k: v for k, v in dict(w=np.ones(3), y=y, z=z, theta=theta).items() if k in d.function.params}
+        np.testing.assert_allclose(d.function(**given), want, rtol=1e-12, atol=1e-12,
+                                   err_msg=f"{text} -> {d.text}")
