@@ -386,7 +386,7 @@ _SYMBOL_HINTS = {
 
 
 _SUPERSCRIPTS = "²³¹⁰ⁱ⁴⁵⁶⁷⁸⁹⁺⁻⁼⁽⁾ⁿ"
-_MODULES = ("np", "numpy", "jnp", "torch", "math", "tf", "sp", "scipy", "F", "jax", "special")
+_MODULES = ("np", "numpy", "jnp", "torch", "math", "tf", "sp", "scipy", "F", "jax")
 # functions users know by other names, and how matcalc writes them
 SPELLED = {"solve": "write inv(A)@B: matcalc computes it as a solve", "log_softmax":
             "write log(softmax(z)), which matcalc computes as z - logsumexp(z)", "logsoftmax":

@@ -65,8 +65,8 @@ _LOGS = (math.log(2.0), math.log(2 * math.pi), math.log(math.pi))  # a Gaussian'
 _CONSTANT_POWERS += tuple((c, 1) for c in _LOGS)
 _CONSTANT_NAMES = {math.pi: ("pi", "\\pi"), 2 * math.pi: ("2*pi", "2\\pi"), 2.0: ("2", "2"),
                    **{c: (str(int(c)), str(int(c))) for c in _ROOTS},
-                   _LOGS[0]: ("log(2)", "\\log 2"), _LOGS[1]: ("log(2*pi)", "\\log(2\\pi)"),
-                   _LOGS[2]: ("log(pi)", "\\log\\pi")}
+                   _LOGS[0]: ("log(2)", "\\log(2)"), _LOGS[1]: ("log(2*pi)", "\\log(2\\pi)"),
+                   _LOGS[2]: ("log(pi)", "\\log(\\pi)")}
 _WITH_PI = (math.pi, 2 * math.pi, _LOGS[1], _LOGS[2])  # (forms not taken where pi names a symbol)
 
 

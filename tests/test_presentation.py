@@ -387,5 +387,5 @@ def test_multiples_of_logarithms_print_as_such_and_read_back():
         assert number_text(v)[0] == text
         d = matcalc.derive(f"{text}*sum(x)", "x")
         np.testing.assert_allclose(d.function(x=np.ones(3)), v, rtol=1e-15)
-    assert number_tex(math.log(2) / 2) == "\\tfrac{\\log 2}{2}"
+    assert number_tex(math.log(2) / 2) == "\\tfrac{\\log(2)}{2}"
     assert number_text(0.5 * math.log(2 * math.pi), pi=False)[0] != "log(2*pi)/2"  # (pi a symbol)
