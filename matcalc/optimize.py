@@ -753,7 +753,6 @@ def _elementwise_before_broadcast(outputs: list) -> list:
     return _rebuild(outputs, fn)
 
 
-# the rewrites ``optimize`` runs, in order: each takes and returns the list of outputs
 def ordered_when_called(outputs: list) -> list:
     """Each matrix chain (its products used once, inside it) whose cheapest order depends on
     the sizes of its symbolic dimensions as a chain node: the emitted code orders it for the
@@ -776,5 +775,6 @@ def ordered_when_called(outputs: list) -> list:
     return [memo[o] for o in outputs]
 
 
+# the rewrites ``optimize`` runs, in order: each takes and returns the list of outputs
 PASSES = (stable_forms, order_products, _diagonal_of_products, rows_as_columns, _share_products, _sigmoid_from_softplus,
           _reuse_sums, _expm1_log1p, _split_sums, _elementwise_before_broadcast, ordered_when_called)

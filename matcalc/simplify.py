@@ -83,13 +83,15 @@ def settle(e: Expr, rounds: int = 3) -> Expr:
     return out
 
 
-_OPENING = [False]  # products are opened over the quotients they cancel (settle's last pass only)
+_OPENING = [False]  # True in a gradient's last pass (opened_quotients) only
 
 
 def opened_quotients(e: Expr) -> Expr:
-    """A last pass over a settled gradient e that opens products over sums whose quotients they cancel
-    (_opened_over_quotient), taken if the whole is shorter: inside the rules, the opened form
-    met by other rules can keep like terms apart elsewhere, and get longer."""
+    """A last pass over a settled gradient e where quotients meet what cancels them: products
+    opened over a sum with such a quotient (_opened_over_quotient), numbers taken into a summed
+    quotient (_into_summed_quotient), terms brought over a sum's denominator (_common_denominator);
+    taken if the whole is shorter: inside the rules, such a form met by other rules can keep like
+    terms apart elsewhere, and get longer."""
     if not any(n.op == "div" for n in ir.walk(e)):
         return e
     _OPENING[0] = True
@@ -851,7 +853,7 @@ def _opened_over_quotient(c: float, rest: list, shape):
             continue
         terms = [s_mul(const(c), t, *others) for t in f.args]
         opened = s_add(*[_spread_number(t) or t for t in terms])  # (β∘1 + A = β + A)
-        if ir.tree_size(opened) < sum(ir.tree_size(g) for g in rest) + (c != 1.0) + 1:
+        if _shorter(opened, c, rest):
             return opened
     return None
 
@@ -872,9 +874,14 @@ def _into_summed_quotient(c: float, rest: list, shape):
         kept = [g for j, g in enumerate(rest) if j != i and all(g is not m for m in moved)]
         inside = s_func(f.op, s_mul(*moved, f.args[0]))
         out = s_mul(const(c), inside, *kept)
-        if ir.tree_size(out) < sum(ir.tree_size(g) for g in rest) + (c != 1.0) + 1:
+        if _shorter(out, c, rest):
             return out
     return None
+
+
+def _shorter(out: Expr, c: float, rest: list) -> bool:
+    """Whether out is a smaller tree than the product c∘rest."""
+    return ir.tree_size(out) < sum(ir.tree_size(g) for g in rest) + (c != 1.0) + 1
 
 
 def _cancelled(term: Expr, others: list) -> bool:
