@@ -483,7 +483,10 @@ def _dot_hint(source: str, pos: int) -> str:
     if source[j:pos] in _MODULES:
         # every module's call in the text, each once: np.exp(x)*np.linalg.inv(X) in one step
         calls = [(m.group(0), m.end()) for m in re.finditer(rf"(?<![\w.])(?:{'|'.join(_MODULES)})\.[\w.]*", source)]
-        first = next(i for i, (_, end) in enumerate(calls) if end >= k)
+        own = re.match(r"[\w.]*", source[j:]).group(0)
+        first = next((i for i, (_, end) in enumerate(calls) if end >= k), None)
+        if first is None:  # (this one not found alone: after another '.')
+            calls, first = [(own, j + len(own))], 0
         hints, seen = [], set()
         for chain, end in calls[first:] + calls[:first]:
             if chain not in seen:
