@@ -1409,8 +1409,9 @@ def typecheck(ast: Node, source: str, declared: dict | None = None,
     used |= {k for k in (definitions or {}) if isinstance(k, str)} | set(declared or {})
     t.user_dim_names = t.user_dim_names | used
     t.diag_name = "diag" if syntax == "matlab" else "Diag"
-    dims = {d for spec in (declared or {}).values() if isinstance(spec, (tuple, list)) for d in spec
-            if isinstance(d, str)} - set(declared or {}) - set(definitions or {})
+    dims = {f for spec in (declared or {}).values() if isinstance(spec, (tuple, list)) for d in spec
+            if isinstance(d, str) for f in (d, *ir.dim_factors(d))
+            if isinstance(f, str)} - set(declared or {}) - set(definitions or {})  # (t*k: t and k too)
     trees = [ast] + [d for d in (_parsed_or_none(parse, v) for v in (definitions or {}).values()) if d is not None]
     t.size_names = {id(c) for tree in trees for n in _walk(tree) if n.kind == "call" and n.value in SIZED
                     for c in n.children[SIZED[n.value]:] if c.kind == "name" and c.value in dims}

@@ -456,3 +456,11 @@ def test_powers_of_transposes_transpose_back():
     d = matcalc.derive("alpha*sum((X.T*sin(W.T)).T*X)", "W")
     assert d.text == "alpha*X**2*cos(W)"  # was alpha*(X.T**2).T*cos(W)
     np.testing.assert_allclose(d.function(alpha=0.5, X=X, W=W), 0.5 * X ** 2 * np.cos(W), rtol=1e-12)
+
+
+def test_eye_of_a_dimension_declared_only_as_a_factor_of_another():
+    # a stacked LQR cost: u has t*k entries, eye(t) names t where only t*k is declared
+    d = matcalc.derive("u.T@kron(eye(t), R)@u", "R", shapes={"R": ("k", "k"), "u": ("t*k",)})
+    u = np.arange(6.0)
+    U = u.reshape(3, 2).T  # (vec⁻¹: column-major, k rows)
+    np.testing.assert_allclose(d.function(u=u, R=np.eye(2)), U @ U.T, rtol=1e-14)
