@@ -1572,8 +1572,9 @@ def s_func(name: str, a: Expr, *more: Expr, attr=None) -> Expr:
         # linear: sum(βX) = β sum(X), Diag(X/β) = Diag(X)/β (then c1 folds: sum(1/n) = 1)
         if a.op == "add" and name in ("sum", "tr", "mean") and all(split_coeff(t)[0] < 0 for t in a.args):
             return s_mul(const(-1.0), s_func(name, s_add(*[scale(-1.0, t) for t in a.args]), attr=attr))
-        if a.op == "mul" and name == "Diag" and a.args[0].op == "const" and a.args[0].attr < 0:
-            return s_mul(const(-1.0), s_func(name, scale(-1.0, a), attr=attr))  # Diag(−h) = −Diag(h)
+        if a.op == "mul" and name == "Diag" and a.args[0].op == "const" and a.args[0].shape == SCALAR:
+            k = a.args[0].attr  # Diag(−h) = −Diag(h), Diag(2h) = 2 Diag(h): the number meets the others
+            return s_mul(const(k), s_func(name, scale(1.0 / k, a), attr=attr))
         if a.op == "mul":
             sc, arr = _split_scalars(a)
             if sc and arr.shape == a.shape and (name in ("sum", "tr", "mean") or arr.op == "const"):

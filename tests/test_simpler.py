@@ -1133,3 +1133,11 @@ def test_sums_over_a_common_denominator_keep_every_term():
         given = {k: v for k, v in dict(w=np.ones(3), y=y, z=z, theta=theta).items() if k in d.function.params}
         np.testing.assert_allclose(d.function(**given), want, rtol=1e-12, atol=1e-12,
                                    err_msg=f"{text} -> {d.text}")
+
+
+def test_a_number_inside_diag_meets_the_numbers_outside():
+    # 2*X@Diag(2*diag(X.T@X)) read as 4*X@Diag(diag(X.T@X))
+    d = matcalc.derive("diag(X.T@X).T@diag(X.T@X)", "X")
+    assert d.text == "4*X@Diag(diag(X.T@X))"
+    X = np.random.default_rng(5).standard_normal((4, 3))
+    np.testing.assert_allclose(d.function(X=X), 4 * X * np.sum(X * X, 0), rtol=1e-13)
