@@ -53,6 +53,7 @@ def symmetric_form(e: Expr, names=frozenset()) -> bool:
     x xᵀ, with Sᵀ = S for S in ``names`` (_canon of e and of eᵀ agree)."""
     if e.shape[0] != e.shape[1] or e.shape == ir.SCALAR:
         return False
+    _room()
     try:
         return _canon(e, frozenset(names)) == _canon(e, frozenset(names), True)
     except RecursionError:  # (a very deep tree: not known to be symmetric)
@@ -66,6 +67,7 @@ def symmetrize(G: Expr, names) -> Expr:
     names = frozenset(names)
     G = use_symmetry(G, names)
     GT = use_symmetry(simplify(ir.T(G)), names)
+    _room()
     if GT is G or is_symmetric(G, names) or _canon(GT, names) == _canon(G, names):
         return G
     try:
@@ -133,12 +135,17 @@ def _canon(e: Expr, names: frozenset, transpose: bool = False) -> int:
     """A key equal for expressions equal up to the association of matrix products and where
     their transposes sit ((ABC)ᵀ = CᵀBᵀAᵀ, Sᵀ = S for S in ``names``): a number, that of a key
     whose parts are the numbers of its parts' keys (a key written out in full would repeat a
-    part used twice, doubling with every layer of a deep network's gradient)."""
+    part used twice, doubling with every layer of a deep network's gradient).  Numbers from
+    before a _room() that cleared them are not compared with later ones."""
+    return _canon_of(e, names, transpose)
+
+
+def _room() -> None:
+    """The key numbers start again when there are too many (before a comparison, never inside one)."""
     if len(_KEYS) > _MOST_KEYS:
         _canon_of.cache_clear()
         _IDS.clear()
         _KEYS.clear()
-    return _canon_of(e, names, transpose)
 
 
 @functools.lru_cache(maxsize=1 << 16)

@@ -294,3 +294,16 @@ def test_the_symmetry_key_of_a_deep_shared_expression_grows_with_its_nodes_not_i
     assert not symmetric_form(e)
     assert symmetric_form(ir.matmul(e, ir.T(e)))
     assert len(_KEYS) - before < 400
+
+
+def test_the_key_numbers_start_again_between_comparisons_only(monkeypatch):
+    # with room for 5 keys the table is cleared before every comparison, never inside one
+    import matcalc.symmetric as symmetric
+    from matcalc import ir
+
+    monkeypatch.setattr(symmetric, "_MOST_KEYS", 5)
+    X, A = ir.sym("X", ("n", "n")), ir.sym("A", ("n", "m"))
+    for _ in range(3):
+        assert symmetric.symmetric_form(ir.matmul(X, ir.T(X)))
+        assert not symmetric.symmetric_form(ir.matmul(X, X))
+        assert symmetric.symmetric_form(ir.matmul(ir.matmul(A, ir.T(A)), ir.matmul(A, ir.T(A))))
