@@ -565,11 +565,13 @@ def _scalar_hint(expr, typed, shapes, definitions, syntax, symmetric, wrt=()) ->
     hint = first(({name: ()}, f"; {name} is a vector by the spelling of its name: declared a number "
                               f"(shapes={{'{name}': ()}}, --shape {name}=scalar), it makes λ a scalar")
                  for name in spelled[:12])
+    def two_numbers(a, b):  # (the declaration of both, its hint)
+        return {a: (), b: ()}, (f"; {a} and {b} are vectors by the spelling of their names: declared numbers "
+                                f"(shapes={{'{a}': (), '{b}': ()}}, --shape {a}=scalar --shape {b}=scalar), "
+                                f"they make λ a scalar")
+
     if hint is None:  # softplus(-R@w - t)/(n*(1 - beta)): two of them
-        hint = first(({a: (), b: ()}, f"; {a} and {b} are vectors by the spelling of their names: declared numbers "
-                                      f"(shapes={{'{a}': (), '{b}': ()}}, --shape {a}=scalar --shape {b}=scalar), "
-                                      f"they make λ a scalar")
-                     for i, a in enumerate(spelled[:8]) for b in spelled[i + 1:8])
+        hint = first(two_numbers(a, b) for i, a in enumerate(spelled[:8]) for b in spelled[i + 1:8])
     from .shapes import greek
 
     dim = next(d for d in ("n", "m", "k", "p") if d not in typed.symbols)
@@ -603,10 +605,7 @@ def _scalar_hint(expr, typed, shapes, definitions, syntax, symmetric, wrt=()) ->
                  )  # (sum(x)/N, -T*logsumexp(-e/T): a number named in upper case)
     if hint is None:  # n/2*log(s2) + ...(2*s2), wrt s2: a count and the wrt, both numbers
         ws = [w for w in typed.symbols if w in wrt and w not in shapes and default_kind(w) == 1]
-        hint = first(({a: (), w: ()}, f"; {a} and {w} are vectors by the spelling of their names: declared numbers "
-                                      f"(shapes={{'{a}': (), '{w}': ()}}, --shape {a}=scalar --shape {w}=scalar), "
-                                      f"they make λ a scalar")
-                     for w in ws for a in spelled[:8])
+        hint = first(two_numbers(a, w) for w in ws for a in spelled[:8])
     return hint or ""
 
 

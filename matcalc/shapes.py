@@ -982,13 +982,13 @@ class _Typer:
         if one is not operand:
             self.shape[id(one)] = (shape[1], shape[0])
 
-    def ones_times_number_note(self, n, other):
-        """1@mu.T of a name that is a number by its spelling (mu: Greek) is that number, never
-        the outer product a vector would make: say so and how to make it a vector."""
-        c = self.spelled_kind(0, other.children[0] if other.kind == "T" else other)
+    def number_product_note(self, n, c, says: str):
+        """Once per name: the product n by c, a name that is a number by its spelling (w@mu, or 1@mu.T,
+        which is that number, never the outer product a vector would make), ``says`` what it is
+        ({} for the name), with how to make the name a vector."""
         if c is not None and c.value not in self.greek_noted:
             self.greek_noted.add(c.value)
-            self.note(n, f"{self.text(n)} is the number {c.value}, not an outer product{self.default_scalar_hint(c)}")
+            self.note(n, f"{self.text(n)} {says.format(c.value)}{self.default_scalar_hint(c)}")
 
     def scaled_ones_path(self, node):
         """The nodes from node down to a literal 1 or 1ᵀ that node is, or a number times (2*1.T,
@@ -1019,7 +1019,9 @@ class _Typer:
         path_a, path_b = self.scaled_ones_path(a) or [a], self.scaled_ones_path(b) or [b]
         one_a, one_b = self.ones_operand(path_a[-1]), self.ones_operand(path_b[-1])
         if (one_a is None) != (one_b is None) and self.is_scalar(sa) and self.is_scalar(sb):
-            self.ones_times_number_note(n, b if one_a is not None else a)
+            other = b if one_a is not None else a
+            self.number_product_note(n, self.spelled_kind(0, other.children[0] if other.kind == "T" else other),
+                                     "is the number {}, not an outer product")
         if one_a is not None and not self.is_scalar(sb):
             if one_a is path_a[-1] and self.find(sb[0]) == 1:
                 sa = (self.fresh(), 1)  # 1@r of a row r: a column of ones, r on every row
@@ -1064,10 +1066,7 @@ class _Typer:
             self.fail(n, f"cannot multiply {self.text(a)} ({self.show(sa)}) @ {self.text(b)} "
                          f"({self.show(sb)}): inner dimensions {ca} and {rb} differ{hint}")
         if self.is_scalar(sa) != self.is_scalar(sb):  # w@mu: a product by a number (NumPy refuses a 0-d @)
-            c = self.spelled_kind(0, a, b)
-            if c is not None and c.value not in self.greek_noted:
-                self.greek_noted.add(c.value)
-                self.note(n, f"{self.text(n)} multiplies by the number {c.value}{self.default_scalar_hint(c)}")
+            self.number_product_note(n, self.spelled_kind(0, a, b), "multiplies by the number {}")
         return (sa[0], sb[1])
 
     def call(self, n, kid):
